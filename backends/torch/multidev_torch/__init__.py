@@ -1,0 +1,5 @@
+"""The PyTorch engine of multidev, registered under ``multidev.backends`` as ``torch``."""
+
+from .backend import TorchBackend
+
+__all__ = ["TorchBackend"]

@@ -1,0 +1,35 @@
+"""The engine object the entry point returns."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from multidev.devices import Device
+from multidev.errors import MultidevError
+from multidev.models import ModelSpec, State
+from multidev.protocol import BATCHNORM_MODES
+
+from .parallel import TorchReplicas
+
+
+class TorchBackend:
+    name = "torch"
+    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm"})
+
+    def version(self) -> str:
+        from importlib.metadata import version
+        return f"multidev-torch {version('multidev-torch')}, torch {torch.__version__}"
+
+    def gpu_count(self) -> int:
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+    def max_cpu_devices(self) -> Optional[int]:
+        return None  # CPU devices are replicas on the host: any number
+
+    def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
+                  batchnorm: str = "local") -> TorchReplicas:
+        if batchnorm not in BATCHNORM_MODES:
+            raise MultidevError(f"unknown batchnorm {batchnorm!r}: choose one of {', '.join(BATCHNORM_MODES)}")
+        return TorchReplicas(spec, state, devices, batchnorm)

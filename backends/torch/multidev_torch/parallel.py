@@ -1,0 +1,197 @@
+"""k replicas of one model in one process: split, forward/backward, AllReduce, SGD.
+
+On CPU the replicas run one after another (measured faster here than one
+thread per replica, which fights over the same cores); with sync BatchNorm
+they run in lockstep threads so they can exchange statistics. On CUDA the
+gradients are summed with ``torch.cuda.comm``.
+"""
+
+from __future__ import annotations
+
+import copy
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from multidev.devices import Device
+from multidev.models import ModelSpec, State
+from multidev.protocol import StepStats
+from multidev.shard import split
+
+from .batchnorm import BatchNorm, StatsExchange
+from .model import build
+
+
+def torch_device(device: Device) -> torch.device:
+    return torch.device("cuda", device.index) if device.kind == "gpu" else torch.device("cpu")
+
+
+@dataclass
+class Shard:
+    x: torch.Tensor
+    y: Optional[torch.Tensor]
+
+    @property
+    def size(self) -> int:
+        return int(self.x.shape[0])
+
+
+class TorchReplicas:
+    compile_seconds = 0.0
+
+    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str) -> None:
+        self.spec = spec
+        self.devices = tuple(devices)
+        self.sync = batchnorm == "sync"
+        self._places = [torch_device(d) for d in self.devices]
+        base = build(spec)
+        self.models = [copy.deepcopy(base).to(place) for place in self._places]
+        self.load_state(state)
+        self.optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in self.models]
+        self._bns = [[m for m in model.modules() if isinstance(m, BatchNorm)] for model in self.models]
+
+    # Shard -----------------------------------------------------------------
+    def split_batch(self, x: np.ndarray, y: Optional[np.ndarray], sizes: Sequence[int]) -> list[Shard]:
+        xs = split(x, sizes)
+        ys = split(y, sizes) if y is not None else [None] * len(sizes)
+        return [Shard(torch.from_numpy(np.ascontiguousarray(xi)).to(place),
+                      None if yi is None else torch.from_numpy(np.ascontiguousarray(yi)).to(place))
+                for xi, yi, place in zip(xs, ys, self._places)]
+
+    def shards(self, batch: list[Shard]) -> list[np.ndarray]:
+        return [s.x.cpu().numpy() for s in batch]
+
+    # Forward / backward ----------------------------------------------------
+    def _logits(self, batch: list[Shard], active: list[int]) -> dict[int, torch.Tensor]:
+        """Training-mode logits of every non-empty shard; lockstep threads under sync BatchNorm."""
+        if not (self.sync and len(active) > 1):
+            return {i: self.models[i](batch[i].x) for i in active}
+        exchange = StatsExchange(len(active))
+        for rank, i in enumerate(active):
+            for bn in self._bns[i]:
+                bn.exchange, bn.rank = exchange, rank
+
+        def run(i: int) -> torch.Tensor:
+            try:
+                return self.models[i](batch[i].x)
+            except BaseException:
+                exchange.abort()
+                raise
+
+        try:
+            with ThreadPoolExecutor(len(active)) as pool:
+                return dict(zip(active, pool.map(run, active)))
+        finally:
+            for i in active:
+                for bn in self._bns[i]:
+                    bn.exchange = None
+
+    def _backward(self, batch: list[Shard]) -> tuple[StepStats, list[int]]:
+        """Gradients of the mean loss over the whole batch, summed on every replica."""
+        total = sum(s.size for s in batch)
+        active = [i for i, s in enumerate(batch) if s.size > 0]
+        for model in self.models:
+            model.train()
+            model.zero_grad(set_to_none=True)
+        logits = self._logits(batch, active)
+        # Shard i's loss is its sum divided by the whole batch: weight n_i / B (SPEC §4).
+        losses = [F.cross_entropy(logits[i], batch[i].y, reduction="sum") for i in active]
+        torch.autograd.backward([loss / total for loss in losses])
+        self._allreduce(active)
+        correct = sum(int((logits[i].argmax(1) == batch[i].y).sum()) for i in active)
+        return StepStats(float(sum(loss.item() for loss in losses)), correct, total), active
+
+    def _allreduce(self, active: list[int]) -> None:
+        params = [list(m.parameters()) for m in self.models]
+        if len(self.models) == 1:
+            return
+        flat = [torch.cat([p.grad.reshape(-1) for p in params[i]]) for i in active]
+        if all(p.type == "cuda" for p in self._places):
+            summed = torch.cuda.comm.reduce_add(flat, destination=self._places[0].index)
+            copies = torch.cuda.comm.broadcast(summed, devices=[p.index for p in self._places])
+        else:
+            summed = torch.stack([f.to(self._places[0]) for f in flat]).sum(0)
+            copies = [summed.to(p) for p in self._places]
+        sizes = [p.numel() for p in params[0]]
+        for replica, vector in zip(params, copies):
+            for p, chunk in zip(replica, torch.split(vector, sizes)):
+                p.grad = chunk.view_as(p)
+
+    def _sync_statistics(self, active: list[int]) -> None:
+        """Average running statistics over the devices that saw data, then copy to all (SPEC §5)."""
+        if len(self.models) == 1:
+            return
+        for layer in zip(*self._bns):
+            for name in ("running_mean", "running_var"):
+                if self.sync:  # every active replica holds the same whole-batch statistic
+                    value = getattr(layer[active[0]], name)
+                else:
+                    value = torch.stack([getattr(layer[i], name).to(self._places[0]) for i in active]).mean(0)
+                for bn in layer:
+                    getattr(bn, name).copy_(value)
+
+    @contextmanager
+    def _frozen_statistics(self) -> Iterator[None]:
+        for bns in self._bns:
+            for bn in bns:
+                bn.update_stats = False
+        try:
+            yield
+        finally:
+            for bns in self._bns:
+                for bn in bns:
+                    bn.update_stats = True
+
+    # Protocol --------------------------------------------------------------
+    def train_step(self, batch: list[Shard], lr: float) -> StepStats:
+        stats, active = self._backward(batch)
+        with torch.no_grad():
+            for opt in self.optimizers:
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                opt.step()
+            self._sync_statistics(active)
+        return stats
+
+    def gradients(self, batch: list[Shard]) -> State:
+        with self._frozen_statistics():
+            self._backward(batch)
+        return {name: p.grad.detach().cpu().numpy().copy() for name, p in self.models[0].named_parameters()}
+
+    def _eval_logits(self, batch: list[Shard]) -> list[torch.Tensor]:
+        with torch.no_grad():
+            out = []
+            for model, shard in zip(self.models, batch):
+                model.eval()
+                if shard.size:
+                    out.append(model(shard.x))
+            return out
+
+    def evaluate(self, batch: list[Shard]) -> StepStats:
+        loss, correct, count = 0.0, 0, 0
+        active = [s for s in batch if s.size]
+        for logits, shard in zip(self._eval_logits(batch), active):
+            loss += F.cross_entropy(logits, shard.y, reduction="sum").item()
+            correct += int((logits.argmax(1) == shard.y).sum())
+            count += shard.size
+        return StepStats(loss, correct, count)
+
+    def predict(self, batch: list[Shard]) -> np.ndarray:
+        parts = [logits.cpu().numpy() for logits in self._eval_logits(batch)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.spec.num_classes), np.float32)
+
+    def replica_states(self) -> list[State]:
+        return [{k: v.detach().cpu().numpy().copy() for k, v in m.state_dict().items()} for m in self.models]
+
+    def state(self) -> State:
+        return self.replica_states()[0]
+
+    def load_state(self, state: State) -> None:
+        self.spec.check(state)
+        for model in self.models:
+            model.load_state_dict({k: torch.from_numpy(np.asarray(v, np.float32).copy()) for k, v in state.items()})

@@ -1,0 +1,5 @@
+from multidev.testing import Conformance
+
+
+class TestTorchConformance(Conformance):
+    backend = "torch"

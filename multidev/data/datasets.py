@@ -1,0 +1,77 @@
+"""The data sets every engine trains on, as numpy arrays in the canonical layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from ..errors import MultidevError
+from . import fashion_mnist
+
+DATASETS = ("digits", "fashion-mnist", "synthetic")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    x_train: np.ndarray  # float32, N x C x H x W
+    y_train: np.ndarray  # int64, N
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(self.x_train.shape[1:])  # type: ignore[return-value]
+
+
+def digits(test_fraction: float = 0.2) -> Dataset:
+    """scikit-learn's bundled 8x8 handwritten digits (1,797 real images, no download).
+
+    The train/test split is fixed (stratified, seed 0) so every run and every
+    engine sees the same test set.
+    """
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    x = (bunch.images / 16.0).astype(np.float32)[:, None]
+    y = bunch.target.astype(np.int64)
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, random_state=0, stratify=y)
+    return Dataset("digits", x_tr, y_tr, x_te, y_te, 10)
+
+
+def synthetic(n_train: int = 512, n_test: int = 128, shape: tuple[int, int, int] = (1, 16, 16),
+              num_classes: int = 10, seed: int = 0, noise: float = 0.5) -> Dataset:
+    """Learnable random data for fast tests: a fixed template per class plus noise."""
+    rng = np.random.default_rng(seed)
+    templates = rng.normal(0, 1, (num_classes, *shape))
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = rng.integers(0, num_classes, n)
+        x = templates[y] + noise * rng.normal(0, 1, (n, *shape))
+        return x.astype(np.float32), y.astype(np.int64)
+
+    x_tr, y_tr = draw(n_train)
+    x_te, y_te = draw(n_test)
+    return Dataset("synthetic", x_tr, y_tr, x_te, y_te, num_classes)
+
+
+def fashion(data_dir: Optional[str | Path] = None, download: bool = True) -> Dataset:
+    """Fashion-MNIST, 28x28, scaled to [0, 1]."""
+    x_tr, y_tr, x_te, y_te = fashion_mnist.load(data_dir, download=download)
+    scale = lambda a: (a.astype(np.float32) / 255.0)[:, None]  # noqa: E731
+    return Dataset("fashion-mnist", scale(x_tr), y_tr.astype(np.int64), scale(x_te), y_te.astype(np.int64), 10)
+
+
+def load_dataset(name: str, data_dir: Optional[str | Path] = None) -> Dataset:
+    if name == "digits":
+        return digits()
+    if name == "synthetic":
+        return synthetic()
+    if name == "fashion-mnist":
+        return fashion(data_dir)
+    raise MultidevError(f"unknown data set {name!r}: choose one of {', '.join(DATASETS)}")

@@ -1,0 +1,41 @@
+"""PNG plots of training curves (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from .errors import MultidevError
+from .result import Result
+
+
+def label(result: Result) -> str:
+    return f"{result.backend} x{len(result.devices)}"
+
+
+def plot_accuracy(results: Sequence[Result], path: str | Path, title: str | None = None) -> Path:
+    """Test accuracy per epoch, one line per run."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    for r in results:
+        epochs = [e.epoch for e in r.epochs]
+        ax.plot(epochs, [e.test_acc for e in r.epochs], marker="o", label=f"{label(r)} test")
+        ax.plot(epochs, [e.train_acc for e in r.epochs], linestyle="--", alpha=0.6, label=f"{label(r)} train")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    first = results[0]
+    ax.set_title(title or f"{first.model} on {first.dataset}, batch {first.batch_size}, lr {first.lr}")
+    ax.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except OSError as exc:
+        raise MultidevError(f"cannot write plot {path}: {exc.strerror}; choose a writable path") from None
+    finally:
+        plt.close(fig)
+    return Path(path)

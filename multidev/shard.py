@@ -1,0 +1,52 @@
+"""The split rule (SPEC §2): one function that every engine uses."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .errors import MultidevError
+
+
+def shard_sizes(batch_size: int, num_devices: int, weights: Sequence[float] | None = None) -> list[int]:
+    """Rows per device for a minibatch of ``batch_size`` over ``num_devices``.
+
+    Without weights this is ``numpy.array_split``: the first ``B mod k`` shards
+    get one row more. With weights, sizes are proportional to them, rounded by
+    largest remainder with ties to the lower index. Sizes always add up to B;
+    devices beyond B get an empty shard.
+    """
+    if batch_size < 0:
+        raise MultidevError(f"batch size must be >= 0, got {batch_size}")
+    if num_devices < 1:
+        raise MultidevError(f"need at least one device, got {num_devices}")
+    if weights is None:
+        base, extra = divmod(batch_size, num_devices)
+        return [base + (1 if i < extra else 0) for i in range(num_devices)]
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (num_devices,):
+        raise MultidevError(f"need one weight per device ({num_devices}), got {len(w)}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+        raise MultidevError("device weights must be finite, non-negative and not all zero")
+    exact = batch_size * w / w.sum()
+    sizes = np.floor(exact).astype(int)
+    remainder = exact - sizes
+    # Largest remainder first; a stable sort keeps the lower index first on ties.
+    order = np.argsort(-remainder, kind="stable")
+    for i in order[: batch_size - int(sizes.sum())]:
+        sizes[i] += 1
+    return [int(s) for s in sizes]
+
+
+def shard_bounds(sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """``[start, end)`` of each contiguous shard, in sample order."""
+    ends = np.cumsum(sizes)
+    return [(int(e - s), int(e)) for s, e in zip(sizes, ends)]
+
+
+def split(array: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
+    """Cut ``array`` along its first axis into contiguous shards of ``sizes``."""
+    if sum(sizes) != len(array):
+        raise MultidevError(f"shard sizes add up to {sum(sizes)} but the batch has {len(array)} rows")
+    return [array[a:b] for a, b in shard_bounds(sizes)]

@@ -1,0 +1,54 @@
+"""Small models, data and comparisons the conformance kit shares."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from ..models import ModelSpec, State
+
+LENET = ModelSpec("lenet", (1, 16, 16), 10)
+RESNET = ModelSpec("resnet18", (1, 8, 8), 10)
+
+
+def batch(spec: ModelSpec, size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 1, (size, *spec.in_shape)).astype(np.float32)
+    y = rng.integers(0, spec.num_classes, size).astype(np.int64)
+    return x, y
+
+
+def max_rel_error(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest difference, relative to the larger array's scale (robust where entries are ~0)."""
+    scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)), 1e-12)
+    return float(np.max(np.abs(a - b), initial=0.0)) / scale
+
+
+def assert_states_close(got: State, want: State, *, rtol: float, promise: str,
+                        names: Iterable[str] | None = None) -> None:
+    """Every array of ``got`` within ``rtol`` (relative to its scale) of ``want``; the message names the promise."""
+    for name in names if names is not None else want:
+        err = max_rel_error(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
+        assert err <= rtol, f"{promise}: {name} differs by {err:.2e} (relative), tolerance {rtol:.0e}"
+
+
+def assert_states_equal(states: list[State], *, promise: str) -> None:
+    """Replicas hold bit-identical arrays."""
+    first = states[0]
+    for i, other in enumerate(states[1:], start=1):
+        for name, value in first.items():
+            if not np.array_equal(value, other[name]):
+                diff = float(np.max(np.abs(value - other[name])))
+                raise AssertionError(f"{promise}: device {i} holds a different {name} than device 0 "
+                                     f"(max difference {diff:.2e})")
+
+
+def conv2d_nchw(x: np.ndarray, w: np.ndarray, padding: int) -> np.ndarray:
+    """A plain stride-1 convolution in numpy: the reference for BatchNorm statistics checks."""
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    oh, ow = h + 2 * padding - kh + 1, wd + 2 * padding - kw + 1
+    patches = np.stack([xp[:, :, i:i + oh, j:j + ow] for i in range(kh) for j in range(kw)], axis=-1)
+    return np.einsum("nchwk,ock->nohw", patches.astype(np.float64), w.reshape(o, c, kh * kw).astype(np.float64))

@@ -1,0 +1,292 @@
+"""The conformance kit: SPEC's promises as abstract pytest classes.
+
+An engine opts in from its own tests::
+
+    from multidev.testing import Conformance
+
+    class TestMyEngine(Conformance):
+        backend = "my-engine"
+
+The classes have no ``Test`` prefix, so pytest collects them only through a
+subclass. Checks that need a capability the engine does not claim are
+skipped with the reason; no check asks which engine it is testing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import ClassVar, Sequence
+
+import numpy as np
+import pytest
+
+from .. import checkpoint as ckpt
+from ..data import synthetic
+from ..devices import resolve_devices
+from ..models import BN_MOMENTUM, ModelSpec
+from ..protocol import Backend, Replicas
+from ..registry import installed, load_backend
+from ..shard import shard_bounds, shard_sizes
+from ..train import evaluate, train
+from ._helpers import (LENET, RESNET, assert_states_close, assert_states_equal, batch, conv2d_nchw,
+                       max_rel_error)
+
+#: Tolerances the project holds (docs/contract.md): float32 sums taken in another order.
+SAME_ENGINE_RTOL = 1e-4
+CROSS_ENGINE_RTOL = 1e-3
+
+
+class EngineFixtures:
+    """What an engine's test class supplies: its name, and the device counts it can offer."""
+
+    backend: ClassVar[str] = ""
+    device_counts: ClassVar[Sequence[int]] = (1, 2, 3, 4)
+
+    @pytest.fixture(scope="class")
+    def engine(self) -> Backend:
+        if not self.backend:
+            pytest.skip("set `backend` on the subclass")
+        return load_backend(self.backend)
+
+    def counts(self, engine: Backend) -> list[int]:
+        return [k for k in self.device_counts if k == 1 or "virtual_cpu" in engine.capabilities]
+
+    def multi(self, engine: Backend) -> list[int]:
+        counts = [k for k in self.counts(engine) if k > 1]
+        if not counts:
+            pytest.skip(f"{engine.name} does not claim virtual_cpu: no multi-device checks")
+        return counts
+
+    def require(self, engine: Backend, capability: str) -> None:
+        if capability not in engine.capabilities:
+            pytest.skip(f"{engine.name} does not claim {capability}")
+
+    def make(self, engine: Backend, spec: ModelSpec, k: int, batchnorm: str = "local", seed: int = 0,
+             state=None) -> Replicas:
+        devices = resolve_devices(devices=k, gpu_count=engine.gpu_count(), max_cpu=engine.max_cpu_devices())
+        return engine.replicate(spec, spec.init(seed) if state is None else state, devices, batchnorm=batchnorm)
+
+
+class SplitChecks(EngineFixtures):
+    """SPEC §2: contiguous shards, numpy.array_split sizes, nothing dropped or repeated."""
+
+    def test_split_follows_core_rule(self, engine):
+        for k in self.counts(engine):
+            reps = self.make(engine, LENET, k)
+            for size in range(1, 65):
+                x = np.broadcast_to(np.arange(size, dtype=np.float32)[:, None, None, None],
+                                    (size, *LENET.in_shape)).copy()
+                y = np.arange(size) % LENET.num_classes
+                for weights in (None, [i + 1 for i in range(k)]):
+                    sizes = shard_sizes(size, k, weights)
+                    shards = reps.shards(reps.split_batch(x, y, sizes))
+                    assert len(shards) == k, f"split: {k} devices but {len(shards)} shards"
+                    for i, ((a, b), shard) in enumerate(zip(shard_bounds(sizes), shards)):
+                        rows = shard[:, 0, 0, 0] if len(shard) else np.zeros(0)
+                        assert list(rows) == list(range(a, b)), (
+                            f"split: batch {size} on {k} devices, device {i} holds rows {list(rows)[:8]}, "
+                            f"the rule gives rows {a}..{b - 1} (a sample dropped, repeated or moved)")
+
+
+class ReplicateChecks(EngineFixtures):
+    """SPEC §3: identical parameters and running statistics on every device."""
+
+    def test_replicas_start_from_canonical_weights(self, engine):
+        k = max(self.counts(engine))
+        reps = self.make(engine, RESNET, k, seed=3)
+        states = reps.replica_states()
+        assert len(states) == k
+        assert_states_equal(states, promise="replicate: replicas differ after initialisation")
+        assert_states_close(states[0], RESNET.init(3), rtol=0.0,
+                            promise="replicate: the engine did not load the core's initial weights")
+
+    @pytest.mark.parametrize("batchnorm", ["local", "sync"])
+    def test_replicas_identical_after_steps(self, engine, batchnorm):
+        if batchnorm == "sync":
+            self.require(engine, "sync_batchnorm")
+        k = max(self.multi(engine))
+        reps = self.make(engine, RESNET, k, batchnorm=batchnorm)
+        for step in range(3):
+            x, y = batch(RESNET, 2 * k + 1, seed=step)  # uneven shards
+            reps.train_step(reps.split_batch(x, y, shard_sizes(len(x), k)), lr=0.1)
+        assert_states_equal(reps.replica_states(),
+                            promise=f"replicate: replicas drift apart after 3 steps (batchnorm={batchnorm}); "
+                                    f"are gradients aggregated and running statistics averaged?")
+
+
+class AggregationChecks(EngineFixtures):
+    """SPEC §4: k devices update exactly as one device on the same batch."""
+
+    def _gradients(self, engine, spec, k, size, batchnorm="local"):
+        x, y = batch(spec, size, seed=size)
+        reps = self.make(engine, spec, k, batchnorm=batchnorm)
+        return reps.gradients(reps.split_batch(x, y, shard_sizes(size, k)))
+
+    @pytest.mark.parametrize("size", [11, 2])
+    def test_lenet_gradients_equal_one_device(self, engine, size):
+        want = self._gradients(engine, LENET, 1, size)
+        for k in self.multi(engine):
+            assert_states_close(self._gradients(engine, LENET, k, size), want, rtol=SAME_ENGINE_RTOL,
+                                promise=f"aggregation: LeNet gradient on {k} devices (batch {size}, sizes "
+                                        f"{shard_sizes(size, k)}) is not the one-device gradient")
+
+    def test_resnet_sync_gradients_equal_one_device(self, engine):
+        self.require(engine, "sync_batchnorm")
+        want = self._gradients(engine, RESNET, 1, 7, "sync")
+        for k in [k for k in self.multi(engine) if k <= 3]:
+            assert_states_close(self._gradients(engine, RESNET, k, 7, "sync"), want, rtol=SAME_ENGINE_RTOL,
+                                promise=f"aggregation: ResNet-18 (sync BatchNorm) gradient on {k} devices "
+                                        f"is not the one-device gradient")
+
+    def test_update_equals_one_device(self, engine):
+        x, y = batch(LENET, 13)
+        one = self.make(engine, LENET, 1)
+        one.train_step(one.split_batch(x, y, [13]), lr=0.2)
+        for k in self.multi(engine):
+            reps = self.make(engine, LENET, k)
+            reps.train_step(reps.split_batch(x, y, shard_sizes(13, k)), lr=0.2)
+            assert_states_close(reps.state(), one.state(), rtol=SAME_ENGINE_RTOL,
+                                promise=f"aggregation: the SGD step on {k} devices is not one device's")
+
+
+class BatchNormChecks(EngineFixtures):
+    """SPEC §5: local statistics are each shard's own; sync statistics are the whole batch's."""
+
+    def _stem_statistics(self, engine, batchnorm: str, k: int):
+        x, y = batch(RESNET, 9, seed=5)
+        state = RESNET.init(0)
+        reps = self.make(engine, RESNET, k, batchnorm=batchnorm)
+        reps.train_step(reps.split_batch(x, y, shard_sizes(9, k)), lr=0.1)
+        conv = conv2d_nchw(x, state["stem.conv.weight"], padding=1)
+        return reps.state(), conv
+
+    def test_local_statistics_are_each_shards_own(self, engine):
+        k = 2 if 2 in self.multi(engine) else max(self.multi(engine))
+        got, conv = self._stem_statistics(engine, "local", k)
+        shards = [conv[a:b] for a, b in shard_bounds(shard_sizes(9, k))]
+        means = np.mean([s.mean(axis=(0, 2, 3)) for s in shards], axis=0)
+        variances = np.mean([s.var(axis=(0, 2, 3)) for s in shards], axis=0)
+        m = BN_MOMENTUM
+        assert_states_close(got, {"stem.bn.running_mean": m * means, "stem.bn.running_var": (1 - m) + m * variances},
+                            rtol=SAME_ENGINE_RTOL, names=["stem.bn.running_mean", "stem.bn.running_var"],
+                            promise="batchnorm local: running statistics are not the average of each shard's own")
+
+    def test_sync_statistics_are_whole_batch(self, engine):
+        self.require(engine, "sync_batchnorm")
+        got, conv = self._stem_statistics(engine, "sync", max(self.multi(engine)))
+        m = BN_MOMENTUM
+        want = {"stem.bn.running_mean": m * conv.mean(axis=(0, 2, 3)),
+                "stem.bn.running_var": (1 - m) + m * conv.var(axis=(0, 2, 3))}
+        assert_states_close(got, want, rtol=SAME_ENGINE_RTOL, names=list(want),
+                            promise="batchnorm sync: running statistics are not the whole batch's")
+
+
+class EvaluationChecks(EngineFixtures):
+    """SPEC §6: every test sample counted exactly once, the same answer on any device count."""
+
+    def test_every_sample_counted_once(self, engine):
+        x, y = batch(LENET, 37, seed=1)
+        _, want_acc, _ = evaluate(self.make(engine, LENET, 1), x, y, batch_size=37)
+        want_logits = None
+        for k in self.counts(engine):
+            reps = self.make(engine, LENET, k)
+            for batch_size in (8, 37, 2):
+                loss, acc, total = evaluate(reps, x, y, batch_size=batch_size)
+                assert total == 37, f"evaluation: {total} samples counted of 37 on {k} devices"
+                assert abs(acc - want_acc) < 1e-9, f"evaluation: accuracy on {k} devices differs from one device"
+            logits = reps.predict(reps.split_batch(x, None, shard_sizes(37, k)))
+            assert logits.shape == (37, LENET.num_classes), f"evaluation: predict gave shape {logits.shape}"
+            if want_logits is None:
+                want_logits = logits
+            err = max_rel_error(logits, want_logits)
+            assert err <= SAME_ENGINE_RTOL, f"evaluation: logits on {k} devices differ by {err:.1e}, out of order?"
+
+
+class CheckpointChecks(EngineFixtures):
+    """SPEC §7: one format, loadable by every installed engine with the same predictions."""
+
+    def _trained(self, engine, spec):
+        reps = self.make(engine, spec, 1)
+        for step in range(2):
+            x, y = batch(spec, 8, seed=10 + step)
+            reps.train_step(reps.split_batch(x, y, [8]), lr=0.05)
+        return reps
+
+    @pytest.mark.parametrize("spec", [LENET, RESNET], ids=["lenet", "resnet18"])
+    def test_checkpoint_loads_in_every_engine(self, engine, spec, tmp_path):
+        source = self._trained(engine, spec)
+        path = ckpt.save(tmp_path / "model.npz", spec, source.state(), epoch=1, seed=0)
+        x, _ = batch(spec, 6, seed=99)
+        want = source.predict(source.split_batch(x, None, [6]))
+        for name in installed():
+            other = load_backend(name)
+            loaded_spec, state, _ = ckpt.load(path)
+            reps = self.make(other, loaded_spec, 1, state=state)
+            got = reps.predict(reps.split_batch(x, None, [6]))
+            tol = SAME_ENGINE_RTOL if name == engine.name else CROSS_ENGINE_RTOL
+            err = max_rel_error(got, want)
+            assert err <= tol, (f"checkpoint: written by {engine.name}, loaded by {name}, "
+                                f"predictions differ by {err:.1e} (tolerance {tol:.0e})")
+
+    def test_resume_equals_uninterrupted_run(self, engine, tmp_path):
+        data = synthetic(n_train=40, n_test=12, shape=LENET.in_shape)
+        k = 2 if 2 in self.counts(engine) else 1
+        kwargs = dict(devices=k, model="lenet", dataset=data, batch_size=16, lr=0.05, seed=4)
+        train(engine.name, epochs=2, checkpoint=tmp_path / "straight.npz", **kwargs)
+        train(engine.name, epochs=1, checkpoint=tmp_path / "split.npz", **kwargs)
+        resumed = train(engine.name, epochs=2, resume=tmp_path / "split.npz", checkpoint=tmp_path / "split.npz",
+                        **kwargs)
+        _, want, meta = ckpt.load(tmp_path / "straight.npz")
+        _, got, meta_resumed = ckpt.load(tmp_path / "split.npz")
+        assert meta_resumed["epoch"] == 2 and [e.epoch for e in resumed.epochs] == [1, 2]
+        assert_states_close(got, want, rtol=SAME_ENGINE_RTOL,
+                            promise="checkpoint: a resumed run does not continue as the uninterrupted one")
+
+
+class ErrorChecks(EngineFixtures):
+    """SPEC §8: a user mistake is one line on stderr and exit code 2, no traceback."""
+
+    BAD = {
+        "zero devices": ["--devices", "0"],
+        "negative devices": ["--devices", "-2"],
+        "zero batch size": ["--batch-size", "0"],
+        "negative learning rate": ["--lr", "-0.1"],
+        "nan learning rate": ["--lr", "nan"],
+        "unknown model": ["--model", "vgg"],
+        "unknown data set": ["--dataset", "cifar"],
+        "unwritable output": ["--json", "/nonexistent-folder/out.json"],
+        "bad device name": ["--devices", "tpu:0"],
+    }
+
+    @staticmethod
+    def run_cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "multidev", *args], capture_output=True, text=True,
+                              timeout=300)
+
+    def assert_clear_error(self, proc: subprocess.CompletedProcess, what: str) -> None:
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2, f"errors: {what} exits {proc.returncode}, not 2; stderr: {proc.stderr[-300:]}"
+        assert "Traceback" not in proc.stderr, f"errors: {what} prints a traceback"
+        assert len(lines) == 1 and lines[0].startswith("multidev: error: "), (
+            f"errors: {what} should print one 'multidev: error:' line, got {lines}")
+
+    @pytest.mark.parametrize("what", sorted(BAD))
+    def test_bad_input_is_one_clear_line(self, engine, what):
+        proc = self.run_cli("train", "--backend", engine.name, "--epochs", "1", "--no-progress", *self.BAD[what])
+        self.assert_clear_error(proc, what)
+
+    def test_corrupt_data_file(self, engine, tmp_path):
+        from ..data.fashion_mnist import FILES
+        for name in FILES:
+            Path(tmp_path, name).write_bytes(b"not an idx file")
+        proc = self.run_cli("train", "--backend", engine.name, "--dataset", "fashion-mnist",
+                            "--data-dir", str(tmp_path), "--no-progress")
+        self.assert_clear_error(proc, "a corrupt data file")
+        assert "MD5" in proc.stderr and str(tmp_path) in proc.stderr
+
+
+class Conformance(SplitChecks, ReplicateChecks, AggregationChecks, BatchNormChecks, EvaluationChecks,
+                  CheckpointChecks, ErrorChecks):
+    """Every promise of SPEC.md; subclass it with ``backend = "name"``."""

@@ -1,0 +1,122 @@
+"""The training loop every engine shares: data, split, steps, evaluation, checkpoints."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from . import checkpoint as ckpt
+from .data import Dataset, batches, epoch_order, load_dataset, num_batches
+from .devices import DeviceSpec, resolve_devices
+from .errors import MultidevError
+from .models import ModelSpec
+from .protocol import BATCHNORM_MODES, Replicas
+from .registry import load_backend
+from .result import EpochRecord, Result
+from .shard import shard_sizes
+
+#: The quick start's settings: ResNet-18 on digits passes 0.95 test accuracy in well under two minutes here.
+DEFAULTS = {"backend": "torch", "model": "resnet18", "dataset": "digits", "epochs": 8, "batch_size": 64,
+            "lr": 0.1, "seed": 0, "batchnorm": "local"}
+
+
+def _positive_int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise MultidevError(f"{what} must be a whole number of at least 1, got {value!r}")
+    return int(value)
+
+
+def check_settings(*, epochs: object, batch_size: object, lr: object, batchnorm: str) -> None:
+    _positive_int(epochs, "epochs")
+    _positive_int(batch_size, "batch size")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+        raise MultidevError(f"learning rate must be a positive finite number, got {lr!r}")
+    if batchnorm not in BATCHNORM_MODES:
+        raise MultidevError(f"unknown batchnorm {batchnorm!r}: choose one of {', '.join(BATCHNORM_MODES)}")
+
+
+def evaluate(replicas: Replicas, x: np.ndarray, y: np.ndarray, batch_size: int,
+             weights: Optional[Sequence[float]] = None) -> tuple[float, float, int]:
+    """(mean loss, accuracy, samples counted) over a whole set, in parallel on every device."""
+    k = len(replicas.devices)
+    loss = correct = total = 0
+    for idx in batches(np.arange(len(x)), batch_size):
+        stats = replicas.evaluate(replicas.split_batch(x[idx], y[idx], shard_sizes(len(idx), k, weights)))
+        loss, correct, total = loss + stats.loss_sum, correct + stats.correct, total + stats.count
+    if total != len(x):  # SPEC §6: an engine that drops or repeats samples is broken, not the user
+        raise RuntimeError(f"evaluation counted {total} samples, the set has {len(x)}")
+    return loss / max(total, 1), correct / max(total, 1), total
+
+
+def train_epoch(replicas: Replicas, data: Dataset, *, epoch: int, seed: int, batch_size: int, lr: float,
+                weights: Optional[Sequence[float]] = None, progress: bool = False) -> tuple[float, float, float]:
+    """One pass over the training set; returns (mean loss, accuracy, seconds without compilation)."""
+    k = len(replicas.devices)
+    order = epoch_order(len(data.x_train), seed, epoch)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=num_batches(len(order), batch_size), desc=f"epoch {epoch}", unit="batch", leave=False)
+    compiled_before = replicas.compile_seconds
+    loss = correct = seen = 0
+    start = time.perf_counter()
+    for idx in batches(order, batch_size):
+        batch = replicas.split_batch(data.x_train[idx], data.y_train[idx], shard_sizes(len(idx), k, weights))
+        stats = replicas.train_step(batch, lr)
+        loss, correct, seen = loss + stats.loss_sum, correct + stats.correct, seen + stats.count
+        if bar is not None:
+            bar.update()
+            bar.set_postfix(loss=f"{loss / seen:.3f}", refresh=False)
+    seconds = time.perf_counter() - start - (replicas.compile_seconds - compiled_before)
+    if bar is not None:
+        bar.close()
+    if not math.isfinite(loss):
+        raise MultidevError(f"training diverged in epoch {epoch} (loss is {loss}): lower the learning rate")
+    return loss / seen, correct / seen, seconds
+
+
+def train(backend: str = DEFAULTS["backend"], *, gpus: object = None, devices: DeviceSpec = None,
+          model: str = DEFAULTS["model"], dataset: str | Dataset = DEFAULTS["dataset"],
+          data_dir: Optional[str | Path] = None, epochs: int = DEFAULTS["epochs"],
+          batch_size: int = DEFAULTS["batch_size"], lr: float = DEFAULTS["lr"], seed: int = DEFAULTS["seed"],
+          batchnorm: str = DEFAULTS["batchnorm"], shard_weights: Optional[Sequence[float]] = None,
+          checkpoint: Optional[str | Path] = None, resume: Optional[str | Path] = None,
+          progress: bool = False, on_epoch: Optional[Callable[[EpochRecord], None]] = None) -> Result:
+    """Train ``model`` on ``dataset`` with ``backend`` in data parallel over the devices asked for."""
+    check_settings(epochs=epochs, batch_size=batch_size, lr=lr, batchnorm=batchnorm)
+    engine = load_backend(backend)
+    chosen = resolve_devices(gpus=gpus, devices=devices, gpu_count=engine.gpu_count(),
+                             max_cpu=engine.max_cpu_devices())
+    if shard_weights is not None:
+        shard_sizes(0, len(chosen), shard_weights)  # validates the weights up front
+    data = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, data_dir)
+    spec = ModelSpec(model, data.shape, data.num_classes)
+    state, history, first = spec.init(seed), [], 1
+    if resume is not None:
+        saved_spec, state, meta = ckpt.load(resume)
+        if saved_spec != spec:
+            raise MultidevError(f"checkpoint {resume} holds {saved_spec.name} for {saved_spec.in_shape}, "
+                                f"this run trains {spec.name} on {dataset!s}: resume with the same settings")
+        seed, first = int(meta["seed"]), int(meta["epoch"]) + 1
+        history = [EpochRecord(**e) for e in meta.get("history", [])]
+    replicas = engine.replicate(spec, state, chosen, batchnorm=batchnorm)
+    result = Result(backend=engine.name, devices=[str(d) for d in chosen], model=model, dataset=data.name,
+                    batch_size=batch_size, lr=float(lr), seed=seed, batchnorm=batchnorm,
+                    test_total=len(data.x_test), epochs=history, version=engine.version())
+    for epoch in range(first, epochs + 1):
+        loss, train_acc, seconds = train_epoch(replicas, data, epoch=epoch, seed=seed, batch_size=batch_size,
+                                               lr=lr, weights=shard_weights, progress=progress)
+        _, test_acc, _ = evaluate(replicas, data.x_test, data.y_test, batch_size, shard_weights)
+        record = EpochRecord(epoch, loss, train_acc, test_acc, seconds, len(data.x_train) / max(seconds, 1e-9))
+        result.epochs.append(record)
+        if checkpoint is not None:
+            ckpt.save(checkpoint, spec, replicas.state(), epoch=epoch, seed=seed, backend=engine.name,
+                      history=[vars(e) for e in result.epochs])
+        if on_epoch is not None:
+            on_epoch(record)
+    result.compile_seconds = replicas.compile_seconds
+    return result
