@@ -75,8 +75,6 @@ def _train(args: argparse.Namespace) -> int:
                    data_dir=args.data_dir, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                    seed=args.seed, batchnorm=args.batchnorm, checkpoint=args.checkpoint, resume=args.resume,
                    progress=not args.no_progress, on_epoch=report)
-    if not result.epochs:
-        raise MultidevError(f"nothing to train: the checkpoint is already at epoch {args.epochs}; raise --epochs")
     if result.compile_seconds:
         print(f"compile: {result.compile_seconds:.1f} sec (once, not in the epoch times)")
     print(result.summary())

@@ -52,7 +52,7 @@ def _count(value: object, what: str) -> int:
         count = int(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise MultidevError(f"{what} must be a whole number, got {value!r}") from None
-    if count != value and not isinstance(value, str):
+    if isinstance(value, bool) or (count != value and not isinstance(value, str)):
         raise MultidevError(f"{what} must be a whole number, got {value!r}")
     if count < 1:
         raise MultidevError(f"{what} must be at least 1, got {count}: ask for one device or more")
@@ -78,13 +78,16 @@ def resolve_devices(*, gpus: object = None, devices: DeviceSpec = None, gpu_coun
             chosen = [Device("cpu", i) for i in range(k)]
     elif devices is None:
         chosen = [Device("cpu", 0)]
-    elif isinstance(devices, (int, str)) and str(devices).strip().lstrip("-").isdigit():
+    elif isinstance(devices, (int, float)) or (isinstance(devices, str) and devices.strip().lstrip("-").isdigit()):
         chosen = [Device("cpu", i) for i in range(_count(devices, "devices"))]
     else:
         names = devices.split(",") if isinstance(devices, str) else devices
         if isinstance(names, Device):
             names = [names]
-        chosen = [Device.parse(n) for n in names]  # type: ignore[union-attr]
+        try:
+            chosen = [Device.parse(n) for n in names]  # type: ignore[union-attr]
+        except TypeError:
+            raise MultidevError(f"devices must be a count or device names, got {devices!r}") from None
         if not chosen:
             raise MultidevError("devices is empty: name at least one, e.g. cpu:0")
     if len(set(chosen)) != len(chosen):

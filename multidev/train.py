@@ -20,7 +20,7 @@ from .result import EpochRecord, Result
 from .shard import shard_sizes
 
 #: The quick start's settings: ResNet-18 on digits passes 0.95 test accuracy in well under two minutes here.
-DEFAULTS = {"backend": "torch", "model": "resnet18", "dataset": "digits", "epochs": 8, "batch_size": 64,
+DEFAULTS = {"backend": "torch", "model": "resnet18", "dataset": "digits", "epochs": 10, "batch_size": 128,
             "lr": 0.1, "seed": 0, "batchnorm": "local"}
 
 
@@ -103,6 +103,8 @@ def train(backend: str = DEFAULTS["backend"], *, gpus: object = None, devices: D
                                 f"this run trains {spec.name} on {dataset!s}: resume with the same settings")
         seed, first = int(meta["seed"]), int(meta["epoch"]) + 1
         history = [EpochRecord(**e) for e in meta.get("history", [])]
+        if first > epochs:
+            raise MultidevError(f"nothing to train: {resume} is already at epoch {first - 1}; raise --epochs")
     replicas = engine.replicate(spec, state, chosen, batchnorm=batchnorm)
     result = Result(backend=engine.name, devices=[str(d) for d in chosen], model=model, dataset=data.name,
                     batch_size=batch_size, lr=float(lr), seed=seed, batchnorm=batchnorm,

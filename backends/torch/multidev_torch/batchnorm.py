@@ -62,10 +62,18 @@ class BatchNorm(nn.Module):
         if not self.training:
             return F.batch_norm(x, self.running_mean, self.running_var, self.gamma, self.beta,
                                 training=False, eps=BN_EPS)
+        if self.exchange is None:
+            # Local statistics: torch's fused kernel. Its own running update would store the
+            # unbiased variance, so the update is done here with the biased one (docs/contract.md).
+            out, mean, invstd = torch.native_batch_norm(x, self.gamma, self.beta, None, None, True, 0.0, BN_EPS)
+            if self.update_stats:
+                with torch.no_grad():
+                    self.running_mean.lerp_(mean, BN_MOMENTUM)
+                    self.running_var.lerp_(invstd.pow(-2) - BN_EPS, BN_MOMENTUM)
+            return out
         dims = [0, *range(2, x.dim())]
         var, mean = torch.var_mean(x, dim=dims, unbiased=False)
-        if self.exchange is not None:
-            mean, var = self.exchange.combine(self.rank, mean, var, x.numel() // x.shape[1])
+        mean, var = self.exchange.combine(self.rank, mean, var, x.numel() // x.shape[1])
         if self.update_stats:
             with torch.no_grad():
                 self.running_mean.lerp_(mean.detach(), BN_MOMENTUM)

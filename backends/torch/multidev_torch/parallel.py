@@ -107,20 +107,25 @@ class TorchReplicas:
         return StepStats(float(sum(loss.item() for loss in losses)), correct, total), active
 
     def _allreduce(self, active: list[int]) -> None:
-        params = [list(m.parameters()) for m in self.models]
+        """Sum the active replicas' gradients and give every replica the sum."""
         if len(self.models) == 1:
             return
-        flat = [torch.cat([p.grad.reshape(-1) for p in params[i]]) for i in active]
-        if all(p.type == "cuda" for p in self._places):
-            summed = torch.cuda.comm.reduce_add(flat, destination=self._places[0].index)
-            copies = torch.cuda.comm.broadcast(summed, devices=[p.index for p in self._places])
-        else:
-            summed = torch.stack([f.to(self._places[0]) for f in flat]).sum(0)
-            copies = [summed.to(p) for p in self._places]
-        sizes = [p.numel() for p in params[0]]
-        for replica, vector in zip(params, copies):
-            for p, chunk in zip(replica, torch.split(vector, sizes)):
-                p.grad = chunk.view_as(p)
+        params = [list(m.parameters()) for m in self.models]
+        grads = [[p.grad for p in params[i]] for i in active]
+        if all(place.type == "cuda" for place in self._places):
+            summed = torch.cuda.comm.reduce_add_coalesced(grads, destination=self._places[0].index)
+            copies = torch.cuda.comm.broadcast_coalesced(summed, [place.index for place in self._places])
+            for replica, replica_grads in zip(params, copies):
+                for p, g in zip(replica, replica_grads):
+                    p.grad = g
+            return
+        with torch.no_grad():
+            for per_replica in zip(*params):
+                total = per_replica[active[0]].grad
+                for i in active[1:]:
+                    total.add_(per_replica[i].grad.to(total.device))
+                for p in per_replica:
+                    p.grad = total if p.device == total.device else total.to(p.device)
 
     def _sync_statistics(self, active: list[int]) -> None:
         """Average running statistics over the devices that saw data, then copy to all (SPEC §5)."""

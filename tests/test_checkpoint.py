@@ -1,0 +1,49 @@
+import numpy as np
+import pytest
+
+from multidev import ModelSpec, MultidevError, load_checkpoint, save_checkpoint
+
+SPEC = ModelSpec("lenet", (1, 16, 16), 10)
+
+
+def test_round_trip(tmp_path):
+    state = SPEC.init(0)
+    save_checkpoint(tmp_path / "c.npz", SPEC, state, epoch=3, seed=0)
+    spec, loaded, meta = load_checkpoint(tmp_path / "c.npz")
+    assert spec == SPEC and meta["epoch"] == 3
+    assert all(np.array_equal(state[k], loaded[k]) for k in state)
+
+
+def test_crash_mid_write_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "c.npz"
+    save_checkpoint(path, SPEC, SPEC.init(0), epoch=1, seed=0)
+    before = path.read_bytes()
+
+    def crash(file, **arrays):
+        file.write(b"half a checkpoint")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "savez", crash)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, SPEC, SPEC.init(1), epoch=2, seed=0)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]  # no temporary file left behind
+
+
+def test_wrong_state_is_refused(tmp_path):
+    state = SPEC.init(0)
+    del state["fc2.bias"]
+    with pytest.raises(MultidevError, match="missing"):
+        save_checkpoint(tmp_path / "c.npz", SPEC, state)
+
+
+@pytest.mark.parametrize("content", [b"", b"PK\x03\x04 broken zip"])
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path, content):
+    (tmp_path / "c.npz").write_bytes(content)
+    with pytest.raises(MultidevError, match="c.npz"):
+        load_checkpoint(tmp_path / "c.npz")
+
+
+def test_missing_checkpoint(tmp_path):
+    with pytest.raises(MultidevError, match="does not exist"):
+        load_checkpoint(tmp_path / "nope.npz")

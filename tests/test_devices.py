@@ -1,0 +1,47 @@
+import warnings
+
+import pytest
+
+from multidev import Device, MultidevError, resolve_devices
+from multidev.devices import DeviceFallbackWarning
+
+
+def test_names_round_trip():
+    assert str(Device.parse("gpu:1")) == "gpu:1"
+    assert Device.parse(" CPU:0 ") == Device("cpu", 0)
+
+
+@pytest.mark.parametrize("bad", ["tpu:0", "cpu", "cpu:-1", "gpu:x", ""])
+def test_bad_names(bad):
+    with pytest.raises(MultidevError):
+        Device.parse(bad)
+
+
+def test_devices_count_gives_virtual_cpus():
+    assert resolve_devices(devices=3) == [Device("cpu", i) for i in range(3)]
+    assert resolve_devices(devices="2") == [Device("cpu", 0), Device("cpu", 1)]
+    assert resolve_devices(devices="cpu:0,cpu:1") == [Device("cpu", 0), Device("cpu", 1)]
+    assert resolve_devices() == [Device("cpu", 0)]
+
+
+def test_gpus_fall_back_with_one_warning():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        chosen = resolve_devices(gpus=2, gpu_count=0)
+    assert chosen == [Device("cpu", 0), Device("cpu", 1)]
+    assert [w.category for w in caught] == [DeviceFallbackWarning]
+    assert "2 virtual CPU devices" in str(caught[0].message)
+
+
+def test_gpus_used_when_present():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve_devices(gpus=2, gpu_count=4) == [Device("gpu", 0), Device("gpu", 1)]
+
+
+@pytest.mark.parametrize("kwargs", [dict(devices=0), dict(devices=-1), dict(gpus=0), dict(devices="cpu:0,cpu:0"),
+                                    dict(devices=["gpu:0"]), dict(devices=3, max_cpu=2), dict(gpus=1, devices=1),
+                                    dict(devices=1.5)])
+def test_impossible_requests(kwargs):
+    with pytest.raises(MultidevError):
+        resolve_devices(**kwargs)

@@ -1,0 +1,52 @@
+import numpy as np
+import pytest
+
+from multidev import MultidevError, shard_bounds, shard_sizes, split
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_sizes_follow_array_split_for_every_batch(k):
+    for b in range(0, 65):
+        want = [len(part) for part in np.array_split(np.arange(b), k)]
+        assert shard_sizes(b, k) == want, (b, k)
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_split_is_contiguous_and_complete(k):
+    for b in range(1, 65):
+        x = np.arange(b)
+        parts = split(x, shard_sizes(b, k))
+        assert len(parts) == k
+        assert np.array_equal(np.concatenate(parts), x)  # nothing dropped, repeated or reordered
+        for (start, end), part in zip(shard_bounds(shard_sizes(b, k)), parts):
+            assert list(part) == list(range(start, end))
+
+
+def test_batch_smaller_than_devices_gets_empty_shards():
+    assert shard_sizes(2, 4) == [1, 1, 0, 0]
+    assert shard_sizes(0, 3) == [0, 0, 0]
+
+
+def test_equal_weights_give_the_plain_rule():
+    for b in range(0, 65):
+        for k in range(1, 9):
+            assert shard_sizes(b, k, [2.5] * k) == shard_sizes(b, k)
+
+
+def test_weights_round_by_largest_remainder_ties_to_lower_index():
+    assert shard_sizes(10, 2, [3, 1]) == [8, 2]  # 7.5 / 2.5: tie, lower index gets the row
+    assert shard_sizes(10, 3, [1, 1, 2]) == [3, 2, 5]  # 2.5 / 2.5 / 5
+    assert shard_sizes(7, 3, [0, 1, 1]) == [0, 4, 3]
+    for b in range(0, 65):
+        assert sum(shard_sizes(b, 3, [0.2, 0.3, 0.5])) == b
+
+
+@pytest.mark.parametrize("weights", [[1, -1], [0, 0], [1, float("nan")], [1, 2, 3]])
+def test_bad_weights_are_user_errors(weights):
+    with pytest.raises(MultidevError):
+        shard_sizes(8, 2, weights)
+
+
+def test_split_rejects_sizes_that_do_not_cover_the_batch():
+    with pytest.raises(MultidevError):
+        split(np.arange(5), [2, 2])
