@@ -5,6 +5,7 @@ Importing multidev imports no framework: engines load when asked for.
 
 from .checkpoint import load as load_checkpoint
 from .checkpoint import save as save_checkpoint
+from .compare import Outcome, RunSpec, compare
 from .devices import Device, resolve_devices
 from .errors import BackendNotInstalled, MultidevError
 from .models import MODELS, ModelSpec
@@ -18,7 +19,7 @@ from .train import DEFAULTS, evaluate, train
 __version__ = "0.1.0"
 
 __all__ = [
-    "Backend", "BackendNotInstalled", "CAPABILITIES", "DEFAULTS", "Device", "EpochRecord", "MODELS",
+    "Backend", "BackendNotInstalled", "Outcome", "RunSpec", "compare", "CAPABILITIES", "DEFAULTS", "Device", "EpochRecord", "MODELS",
     "ModelSpec", "MultidevError", "Replicas", "Result", "StepStats", "evaluate", "installed_backends",
     "load_backend", "load_checkpoint", "resolve_devices", "save_checkpoint", "shard_bounds", "shard_sizes",
     "split", "train",

@@ -55,8 +55,46 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", help="continue from this checkpoint")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
 
+    c = sub.add_parser("compare", help="the same job on several engines and device counts, side by side")
+    c.add_argument("--backends", default="torch", help="comma-separated engines, e.g. torch,jax,mxnet")
+    c.add_argument("--devices", default="1,2", help="comma-separated device counts, e.g. 1,2")
+    c.add_argument("--out", required=True, help="folder for results.json, results.md and the plots")
+    c.add_argument("--timeout", type=float, help="seconds after which a run counts as failed")
+    for name in ("model", "dataset", "data_dir", "epochs", "batch_size", "lr", "seed", "batchnorm"):
+        action = next(a for a in t._actions if a.dest == name)
+        c.add_argument(*action.option_strings, default=action.default, type=action.type,
+                       choices=action.choices, help=action.help)
+
     sub.add_parser("backends", help="list installed engines, versions and devices")
     return parser
+
+
+def _counts(text: str, flag: str) -> list[int]:
+    try:
+        counts = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise MultidevError(f"{flag} takes comma-separated whole numbers, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise MultidevError(f"{flag} needs device counts of at least 1, got {text!r}")
+    return counts
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from .compare import compare
+    from .train import check_settings
+
+    check_settings(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, batchnorm=args.batchnorm)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise MultidevError(f"--out {out} is a file: give a folder")
+    _writable(str(out / "results.json") if out.is_dir() else str(out), "--out")
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    outcomes = compare(backends, _counts(args.devices, "--devices"), out=out, progress=True, timeout=args.timeout,
+                       model=args.model, dataset=args.dataset, data_dir=args.data_dir, epochs=args.epochs,
+                       batch_size=args.batch_size, lr=args.lr, seed=args.seed, batchnorm=args.batchnorm)
+    print((out / "results.md").read_text(), end="")
+    print(f"wrote {out}/results.json, results.md, accuracy.png, throughput.png")
+    return 0 if any(o.result for o in outcomes) else 1
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -108,7 +146,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     warnings.formatwarning = lambda msg, cat, *a, **k: f"multidev: warning: {msg}\n"
     try:
         args = _parser().parse_args(argv)
-        return _train(args) if args.command == "train" else _backends()
+        commands = {"train": _train, "compare": _compare, "backends": lambda _: _backends()}
+        return commands[args.command](args)
     except MultidevError as exc:
         print(f"multidev: error: {exc}", file=sys.stderr)
         return 2

@@ -18,12 +18,14 @@ def plot_accuracy(results: Sequence[Result], path: str | Path, title: str | None
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     for r in results:
         epochs = [e.epoch for e in r.epochs]
         ax.plot(epochs, [e.test_acc for e in r.epochs], marker="o", label=f"{label(r)} test")
         ax.plot(epochs, [e.train_acc for e in r.epochs], linestyle="--", alpha=0.6, label=f"{label(r)} train")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1.02)
