@@ -1,8 +1,15 @@
-"""The conformance kit every engine's tests subclass (see docs/writing-a-backend.md)."""
+"""The conformance kit every engine's tests subclass (see docs/writing-a-backend.md).
 
+Besides the check classes, the small models, batches and comparisons the kit
+uses are public, so an engine's own tests can reuse them.
+"""
+
+from ._helpers import LENET, RESNET, assert_states_close, assert_states_equal, batch, max_rel_error
 from .kit import (CROSS_ENGINE_RTOL, SAME_ENGINE_RTOL, AggregationChecks, BatchNormChecks, CheckpointChecks,
-                  Conformance, EngineFixtures, ErrorChecks, EvaluationChecks, ReplicateChecks, SplitChecks)
+                  Conformance, EngineFixtures, ErrorChecks, EvaluationChecks, ParityChecks, ReplicateChecks,
+                  SplitChecks)
 
 __all__ = ["AggregationChecks", "BatchNormChecks", "CROSS_ENGINE_RTOL", "CheckpointChecks", "Conformance",
-           "EngineFixtures", "ErrorChecks", "EvaluationChecks", "ReplicateChecks", "SAME_ENGINE_RTOL",
-           "SplitChecks"]
+           "EngineFixtures", "ErrorChecks", "EvaluationChecks", "LENET", "ParityChecks", "RESNET",
+           "ReplicateChecks", "SAME_ENGINE_RTOL", "SplitChecks", "assert_states_close", "assert_states_equal",
+           "batch", "max_rel_error"]

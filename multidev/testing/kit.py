@@ -287,6 +287,54 @@ class ErrorChecks(EngineFixtures):
         assert "MD5" in proc.stderr and str(tmp_path) in proc.stderr
 
 
+class ParityChecks(EngineFixtures):
+    """Across engines: the same weights and batch give the same logits, loss, gradients and update."""
+
+    def others(self, engine: Backend) -> list[Backend]:
+        names = [n for n in installed() if n != engine.name]
+        if not names:
+            pytest.skip("no other engine installed to compare with")
+        return [load_backend(n) for n in names]
+
+    @pytest.mark.parametrize("spec", [LENET, RESNET], ids=["lenet", "resnet18"])
+    def test_same_logits_loss_and_gradients_as_every_engine(self, engine, spec):
+        x, y = batch(spec, 6, seed=21)
+
+        def run(e: Backend):
+            reps = self.make(e, spec, 1)
+            logits = reps.predict(reps.split_batch(x, None, [6]))
+            loss = reps.evaluate(reps.split_batch(x, y, [6])).loss_sum
+            return logits, loss, reps.gradients(reps.split_batch(x, y, [6]))
+
+        logits, loss, grads = run(engine)
+        for other in self.others(engine):
+            o_logits, o_loss, o_grads = run(other)
+            err = max_rel_error(logits, o_logits)
+            assert err <= CROSS_ENGINE_RTOL, f"parity: {spec.name} logits of {engine.name} and {other.name} differ by {err:.1e}"
+            assert abs(loss - o_loss) <= CROSS_ENGINE_RTOL * abs(o_loss), (
+                f"parity: {spec.name} loss of {engine.name} ({loss:.6f}) and {other.name} ({o_loss:.6f}) differ")
+            assert_states_close(grads, o_grads, rtol=CROSS_ENGINE_RTOL,
+                                promise=f"parity: {spec.name} gradients of {engine.name} and {other.name}")
+
+    def test_same_step_with_sync_batchnorm_as_every_engine(self, engine):
+        self.require(engine, "sync_batchnorm")
+        k = 2 if 2 in self.multi(engine) else max(self.multi(engine))
+        x, y = batch(RESNET, 7, seed=22)
+
+        def step(e: Backend):
+            reps = self.make(e, RESNET, k, batchnorm="sync")
+            reps.train_step(reps.split_batch(x, y, shard_sizes(7, k)), lr=0.1)
+            return reps.state()
+
+        mine = step(engine)
+        for other in self.others(engine):
+            if not {"sync_batchnorm", "virtual_cpu"} <= other.capabilities:
+                continue
+            assert_states_close(mine, step(other), rtol=CROSS_ENGINE_RTOL,
+                                promise=f"parity: ResNet-18 after one sync-BatchNorm step on {k} devices, "
+                                        f"{engine.name} against {other.name}")
+
+
 class Conformance(SplitChecks, ReplicateChecks, AggregationChecks, BatchNormChecks, EvaluationChecks,
-                  CheckpointChecks, ErrorChecks):
+                  CheckpointChecks, ParityChecks, ErrorChecks):
     """Every promise of SPEC.md; subclass it with ``backend = "name"``."""

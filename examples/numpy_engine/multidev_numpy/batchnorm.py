@@ -1,0 +1,87 @@
+"""BatchNorm with the project's conventions, local or synchronised across devices.
+
+The only layer whose devices talk to each other. With ``local`` statistics
+each device normalises its shard by the shard's own mean and variance; with
+``sync`` every device uses the whole minibatch's, which takes an all-reduce
+of per-shard sums in the forward pass and, because every sample's output then
+depends on every other device's samples, another one in the backward pass.
+
+Let S be the samples the statistics run over (one shard, or the whole batch),
+x^ = (x - mean_S) / sqrt(var_S + eps) and y = gamma * x^ + beta. Then
+
+    dL/dx = gamma / sqrt(var_S + eps) * (dy - mean_S(dy) - x^ * mean_S(dy * x^))
+
+so local and sync BatchNorm differ only in where the sums over S come from:
+the shard itself, or all shards added up (``_over_s`` below). The parameter
+gradients stay per-device sums; the AllReduce in ``parallel.py`` adds them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from multidev.models import BN_EPS, BN_MOMENTUM
+
+AXES = (0, 2, 3)  # NCHW: statistics per channel, over samples and pixels
+
+
+def _per_channel(v: np.ndarray) -> np.ndarray:
+    return v[None, :, None, None]
+
+
+def _over_s(parts: list, sync: bool) -> list:
+    """Each device's sum over S: its own part (local), or every part added up (sync, an all-reduce).
+
+    Under sync all devices get the *same* array object, so they stay bit-identical.
+    """
+    if not sync:
+        return parts
+    total = sum(parts)
+    return [total] * len(parts)
+
+
+class BatchNorm:
+    """One BatchNorm layer, run on every active device at once (see ``model.Run``)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.saved: list = []
+
+    def forward(self, run, xs: list[np.ndarray]) -> list[np.ndarray]:
+        names = [f"{self.name}.{k}" for k in ("gamma", "beta", "running_mean", "running_var")]
+        gamma, beta, r_mean, r_var = ([p[n] for p in run.params] for n in names)
+        if not run.train:  # inference: the running statistics, nothing to exchange
+            return [_per_channel(g / np.sqrt(v + BN_EPS)) * (x - _per_channel(m)) + _per_channel(b)
+                    for x, g, b, m, v in zip(xs, gamma, beta, r_mean, r_var)]
+
+        counts = _over_s([x.size // x.shape[1] for x in xs], run.sync)
+        means = [s / n for s, n in zip(_over_s([x.sum(axis=AXES) for x in xs], run.sync), counts)]
+        centred = [x - _per_channel(m) for x, m in zip(xs, means)]
+        # Two passes (mean, then the mean square about it), as one device computes
+        # it: E[x^2] - E[x]^2 in float32 would lose the digits the kit checks.
+        variances = [s / n for s, n in zip(_over_s([(c * c).sum(axis=AXES) for c in centred], run.sync), counts)]
+        inv_std = [1.0 / np.sqrt(v + BN_EPS) for v in variances]
+
+        if run.update_stats:
+            # Biased variance (divided by n): the contract's choice. Replicas
+            # are made identical again afterwards, in parallel.py.
+            for p, m, v in zip(run.params, means, variances):
+                p[names[2]] = (1 - BN_MOMENTUM) * p[names[2]] + BN_MOMENTUM * m
+                p[names[3]] = (1 - BN_MOMENTUM) * p[names[3]] + BN_MOMENTUM * v
+
+        xhat = [c * _per_channel(s) for c, s in zip(centred, inv_std)]
+        self.saved = list(zip(xhat, inv_std, gamma, counts))
+        return [_per_channel(g) * xh + _per_channel(b) for xh, g, b in zip(xhat, gamma, beta)]
+
+    def backward(self, run, dys: list[np.ndarray]) -> list[np.ndarray]:
+        sum_dy = [dy.sum(axis=AXES) for dy in dys]
+        sum_dy_xhat = [(dy * xh).sum(axis=AXES) for dy, (xh, *_) in zip(dys, self.saved)]
+        for g, d_beta, d_gamma in zip(run.grads, sum_dy, sum_dy_xhat):
+            g[f"{self.name}.beta"], g[f"{self.name}.gamma"] = d_beta, d_gamma
+        # The statistics' share of the gradient: means over S, summed across devices under sync.
+        sum_dy, sum_dy_xhat = _over_s(sum_dy, run.sync), _over_s(sum_dy_xhat, run.sync)
+        dxs = []
+        for dy, (xh, inv_std, gamma, n), s1, s2 in zip(dys, self.saved, sum_dy, sum_dy_xhat):
+            dxs.append(_per_channel(gamma * inv_std) * (dy - _per_channel(s1 / n) - xh * _per_channel(s2 / n)))
+        self.saved = []
+        return dxs

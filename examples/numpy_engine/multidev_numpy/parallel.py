@@ -1,0 +1,133 @@
+"""k replicas of one model on the host: split, forward/backward, AllReduce, SGD.
+
+NumPy has no devices, so a virtual CPU device is a replica: its own copy of
+every parameter and running statistic, and its own shard of each minibatch.
+The replicas only ever meet in the collectives below (and in sync
+BatchNorm), exactly where real devices would exchange data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from multidev.devices import Device
+from multidev.models import ModelSpec, State
+from multidev.protocol import StepStats
+from multidev.shard import split
+
+from . import layers
+from .model import Run, build
+
+
+@dataclass
+class Shard:
+    x: np.ndarray
+    y: Optional[np.ndarray]
+
+    @property
+    def size(self) -> int:
+        return len(self.x)
+
+
+def allreduce(per_device: list[State]) -> State:
+    """Sum each array over the devices. The result is one array that every device then
+    uses, so the replicas apply bit-identical updates and never drift apart."""
+    return {name: sum(d[name] for d in per_device) for name in per_device[0]}
+
+
+class NumpyReplicas:
+    compile_seconds = 0.0  # nothing is compiled
+
+    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str) -> None:
+        self.spec = spec
+        self.devices = tuple(devices)
+        self.sync = batchnorm == "sync"
+        self.model = build(spec)
+        self.replicas: list[State] = []
+        self.load_state(state)
+
+    # Shard -----------------------------------------------------------------
+    def split_batch(self, x: np.ndarray, y: Optional[np.ndarray], sizes: Sequence[int]) -> list[Shard]:
+        # The core's rule (contiguous rows, numpy.array_split sizes). The copy is the
+        # "transfer to the device": a shard must not alias the caller's batch.
+        xs = split(np.asarray(x, np.float32), sizes)
+        ys = split(y, sizes) if y is not None else [None] * len(sizes)
+        return [Shard(xi.copy(), None if yi is None else np.asarray(yi, np.int64).copy()) for xi, yi in zip(xs, ys)]
+
+    def shards(self, batch: list[Shard]) -> list[np.ndarray]:
+        return [s.x for s in batch]
+
+    # Forward / backward ----------------------------------------------------
+    def _run(self, batch: list[Shard], train: bool, update_stats: bool = True) -> tuple[Run, list[int]]:
+        """A pass over the devices with data; a device with an empty shard sits the step out."""
+        active = [i for i, s in enumerate(batch) if s.size > 0]
+        return Run([self.replicas[i] for i in active], train, self.sync, update_stats), active
+
+    def _backward(self, batch: list[Shard], update_stats: bool) -> tuple[StepStats, list[int], State]:
+        """The gradient of the mean loss over the whole batch, summed over the devices (AllReduce)."""
+        total = sum(s.size for s in batch)
+        run, active = self._run(batch, train=True, update_stats=update_stats)
+        if not active:
+            return StepStats(0.0, 0, 0), active, {}
+        logits = self.model.forward(run, [batch[i].x for i in active])
+        # Each device's loss is its samples' sum over the *whole* B (weight n_i / B, SPEC §4),
+        # so the plain sum of the devices' gradients is the whole-batch gradient.
+        losses = [layers.softmax_cross_entropy(z, batch[i].y, total) for z, i in zip(logits, active)]
+        self.model.backward(run, [grad for _, _, grad in losses])
+        stats = StepStats(sum(loss for loss, _, _ in losses), sum(c for _, c, _ in losses), total)
+        return stats, active, allreduce(run.grads)
+
+    def _sync_statistics(self, active: list[int]) -> None:
+        """Average the running statistics over the devices that saw data, copy to all (SPEC §5)."""
+        for name in self.spec.statistics():
+            if self.sync:  # every active device already holds the same whole-batch value
+                value = self.replicas[active[0]][name]
+            else:
+                value = sum(self.replicas[i][name] for i in active) / np.float32(len(active))
+            for replica in self.replicas:
+                replica[name] = value.copy()
+
+    # Protocol --------------------------------------------------------------
+    def train_step(self, batch: list[Shard], lr: float) -> StepStats:
+        stats, active, grads = self._backward(batch, update_stats=True)
+        if active:
+            for name, g in grads.items():
+                step = np.float32(lr) * g  # computed once: every replica subtracts the same array
+                for replica in self.replicas:
+                    replica[name] = replica[name] - step
+            self._sync_statistics(active)
+        return stats
+
+    def gradients(self, batch: list[Shard]) -> State:
+        _, _, grads = self._backward(batch, update_stats=False)
+        return {name: grads[name].copy() for name in self.spec.trainable()}
+
+    def _eval_logits(self, batch: list[Shard]) -> tuple[list[np.ndarray], list[int]]:
+        run, active = self._run(batch, train=False)
+        return (self.model.forward(run, [batch[i].x for i in active]) if active else []), active
+
+    def evaluate(self, batch: list[Shard]) -> StepStats:
+        logits, active = self._eval_logits(batch)
+        total = sum(s.size for s in batch)
+        scores = [layers.softmax_cross_entropy(z, batch[i].y, total)[:2] for z, i in zip(logits, active)]
+        return StepStats(sum(loss for loss, _ in scores), sum(c for _, c in scores), total)
+
+    def predict(self, batch: list[Shard]) -> np.ndarray:
+        logits, _ = self._eval_logits(batch)  # devices in order, each its contiguous rows
+        return np.concatenate(logits) if logits else np.zeros((0, self.spec.num_classes), np.float32)
+
+    def replica_states(self) -> list[State]:
+        names = [p.name for p in self.spec.params()]
+        return [{name: replica[name].copy() for name in names} for replica in self.replicas]
+
+    def state(self) -> State:
+        return self.replica_states()[0]
+
+    def load_state(self, state: State) -> None:
+        self.spec.check(state)
+        # One independent float32 copy per device: updating one replica must never touch another.
+        self.replicas = [{p.name: np.array(state[p.name], np.float32) for p in self.spec.params()}
+                         for _ in self.devices]
