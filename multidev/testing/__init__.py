@@ -5,11 +5,11 @@ uses are public, so an engine's own tests can reuse them.
 """
 
 from ._helpers import LENET, RESNET, assert_states_close, assert_states_equal, batch, max_rel_error
-from .kit import (CROSS_ENGINE_RTOL, SAME_ENGINE_RTOL, AggregationChecks, BatchNormChecks, CheckpointChecks,
+from .kit import (ACCURACY_FLOOR, CROSS_ENGINE_RTOL, AccuracyChecks, SAME_ENGINE_RTOL, AggregationChecks, BatchNormChecks, CheckpointChecks,
                   Conformance, EngineFixtures, ErrorChecks, EvaluationChecks, ParityChecks, ReplicateChecks,
                   SplitChecks)
 
-__all__ = ["AggregationChecks", "BatchNormChecks", "CROSS_ENGINE_RTOL", "CheckpointChecks", "Conformance",
+__all__ = ["ACCURACY_FLOOR", "AccuracyChecks", "AggregationChecks", "BatchNormChecks", "CROSS_ENGINE_RTOL", "CheckpointChecks", "Conformance",
            "EngineFixtures", "ErrorChecks", "EvaluationChecks", "LENET", "ParityChecks", "RESNET",
            "ReplicateChecks", "SAME_ENGINE_RTOL", "SplitChecks", "assert_states_close", "assert_states_equal",
            "batch", "max_rel_error"]

@@ -287,6 +287,30 @@ class ErrorChecks(EngineFixtures):
         assert "MD5" in proc.stderr and str(tmp_path) in proc.stderr
 
 
+#: Accuracy band on digits with the quick-start settings (docs/contract.md): the PyTorch reference
+#: lands at 0.97-0.99; one standard error of an accuracy near 0.97 on 360 test images is 0.009, so
+#: 0.95 is about two below it, while a broken engine (no aggregation, wrong statistics) ends far lower.
+ACCURACY_FLOOR = 0.95
+
+
+class AccuracyChecks(EngineFixtures):
+    """The quick start's accuracy on 1 and 2 devices; slow (a real training run each)."""
+
+    accuracy_device_counts: ClassVar[Sequence[int]] = (1, 2)
+
+    @pytest.mark.slow
+    def test_quickstart_accuracy_band(self, engine):
+        counts = [k for k in self.accuracy_device_counts if k in self.counts(engine)]
+        if not counts:
+            pytest.skip(f"{engine.name} opts out of training runs (accuracy_device_counts is empty)")
+        for k in counts:
+            result = train(engine.name, devices=k)
+            assert result.test_total == 360
+            assert result.test_acc >= ACCURACY_FLOOR, (
+                f"accuracy: {engine.name} on {k} device(s) reaches {result.test_acc:.3f} on digits with the "
+                f"quick-start settings, below the band's floor {ACCURACY_FLOOR}")
+
+
 class ParityChecks(EngineFixtures):
     """Across engines: the same weights and batch give the same logits, loss, gradients and update."""
 
@@ -336,5 +360,5 @@ class ParityChecks(EngineFixtures):
 
 
 class Conformance(SplitChecks, ReplicateChecks, AggregationChecks, BatchNormChecks, EvaluationChecks,
-                  CheckpointChecks, ParityChecks, ErrorChecks):
+                  CheckpointChecks, ParityChecks, ErrorChecks, AccuracyChecks):
     """Every promise of SPEC.md; subclass it with ``backend = "name"``."""

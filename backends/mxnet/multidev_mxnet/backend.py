@@ -1,0 +1,37 @@
+"""The engine object the entry point returns."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from multidev.devices import Device
+from multidev.errors import MultidevError
+from multidev.models import ModelSpec, State
+from multidev.protocol import BATCHNORM_MODES
+
+from .parallel import MXNetReplicas
+from .runtime import THREADS, mx
+
+
+class MXNetBackend:
+    name = "mxnet"
+    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm"})
+
+    def version(self) -> str:
+        from importlib.metadata import version
+        return f"multidev-mxnet {version('multidev-mxnet')}, mxnet {mx.__version__}, {THREADS}"
+
+    def gpu_count(self) -> int:
+        try:
+            return int(mx.context.num_gpus())
+        except mx.base.MXNetError:  # a build without CUDA, or no driver
+            return 0
+
+    def max_cpu_devices(self) -> Optional[int]:
+        return None  # MXNet's cpu(i) contexts: any number in one process
+
+    def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
+                  batchnorm: str = "local") -> MXNetReplicas:
+        if batchnorm not in BATCHNORM_MODES:
+            raise MultidevError(f"unknown batchnorm {batchnorm!r}: choose one of {', '.join(BATCHNORM_MODES)}")
+        return MXNetReplicas(spec, state, devices, batchnorm)

@@ -1,0 +1,154 @@
+"""BatchNorm with the project's conventions, local or synchronised across contexts.
+
+MXNet's own BatchNorm op follows the conventions once its momentum is flipped
+(it keeps ``running = m * running + (1 - m) * batch``, so ``m = 1 - BN_MOMENTUM``)
+and, like the core, it puts the biased variance into the running variance
+(checked in tests/test_mxnet_engine.py). One quirk: it updates the running
+statistics in the *backward* pass, not the forward.
+
+Gluon's contrib SyncBatchNorm does not fit SPEC §5: it averages the devices'
+means without weighting them by shard size (inexact for uneven shards), it
+needs a fixed device count (an empty shard would block it) and it hangs on CPU
+contexts driven from one Python thread. So ``sync`` is done here: each active
+context runs its forward pass in its own thread, and at every BatchNorm the
+threads swap their shards' (mean, var, count) through a barrier. Each context
+combines them on its own device through recorded cross-context copies, so one
+backward pass gives the exact whole-batch gradient. Only NDArray handles cross
+the barrier; MXNet computes asynchronously, so no thread waits for data there.
+The per-shard arithmetic runs as two small compiled graphs, because Python's
+cost per imperative MXNet op, not the arithmetic, is what made sync slow.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+import numpy as np
+
+from multidev.models import BN_EPS, BN_MOMENTUM
+
+from .runtime import mx
+
+nd, autograd, nn = mx.nd, mx.autograd, mx.gluon.nn
+
+#: MXNet's momentum is the weight of the old running value.
+MX_MOMENTUM = 1.0 - BN_MOMENTUM
+
+
+class StatsExchange:
+    """All-gather of per-shard (mean, var, count) among the contexts of one step."""
+
+    def __init__(self, contexts: list, timeout: float = 600.0) -> None:
+        # One Gluon network serves every context, so a shard's rank is found from its context.
+        self.ranks = {ctx: rank for rank, ctx in enumerate(contexts)}
+        self.parties = len(contexts)
+        self._barrier = threading.Barrier(self.parties, timeout=timeout)
+        self._slots: dict[tuple[int, int], tuple[mx.nd.NDArray, mx.nd.NDArray, int]] = {}
+        self._calls = [0] * self.parties
+
+    def abort(self) -> None:
+        """Release the other threads when one fails, instead of leaving them at the barrier."""
+        self._barrier.abort()
+
+    def is_leader(self, ctx: mx.Context) -> bool:
+        return self.ranks[ctx] == 0
+
+    def combine(self, mean: mx.nd.NDArray, var: mx.nd.NDArray, count: int):
+        """Whole-batch (mean, biased var), weighted by shard size, on ``mean``'s context."""
+        rank = self.ranks[mean.context]
+        call = self._calls[rank]
+        self._calls[rank] += 1
+        self._slots[(call, rank)] = (mean, var, count)
+        self._barrier.wait()
+        parts = [self._slots[(call, r)] for r in range(self.parties)]
+        total = sum(c for _, _, c in parts)
+        here = mean.context
+        # Python scalars as weights: an nd.array built here would wait for this context's queue.
+        means = [m.as_in_context(here) for m, _, _ in parts]
+        g_mean = nd.add_n(*[m * (c / total) for m, (_, _, c) in zip(means, parts)])
+        g_var = nd.add_n(*[(v.as_in_context(here) + nd.square(m - g_mean)) * (c / total)
+                           for m, (_, v, c) in zip(means, parts)])
+        return g_mean, g_var
+
+
+class _FixedStatistics(nn.HybridBlock):
+    """Holds mean 0 and variance 1 - eps, so MXNet's BatchNorm op computes ``x * gamma + beta``.
+
+    The op is fused and fast where MXNet's broadcast arithmetic over NCHW arrays
+    is not, and its backward gives the gradients of scale and shift as those of
+    gamma and beta. Graph ops may only read such statistics from variables,
+    hence constants.
+    """
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.zero = self.params.get_constant("zero", np.zeros(channels, np.float32))
+        self.unit = self.params.get_constant("unit", np.full(channels, 1.0 - BN_EPS, np.float32))
+
+    @staticmethod
+    def affine(F, x, scale, shift, zero, unit):
+        return F.BatchNorm(x, scale, shift, zero, unit, eps=BN_EPS, fix_gamma=False, use_global_stats=True)
+
+
+def _channel_mean(F, x):
+    """Per-channel mean of NCHW ``x``: global pooling, then over samples (fast, unlike reducing (0, 2, 3))."""
+    return F.mean(F.reshape(F.Pooling(x, kernel=(1, 1), global_pool=True, pool_type="avg"), shape=(0, 0)), axis=0)
+
+
+class ShardMoments(_FixedStatistics):
+    """A shard's per-channel mean and biased variance (two passes, no cancellation)."""
+
+    def hybrid_forward(self, F, x, zero, unit):
+        mean = _channel_mean(F, x)
+        centred = self.affine(F, x, F.ones_like(mean), -mean, zero, unit)
+        return mean, _channel_mean(F, F.square(centred))
+
+
+class Normalize(_FixedStatistics):
+    """``(x - mean) / sqrt(var + eps) * gamma + beta``, differentiable in all five."""
+
+    def hybrid_forward(self, F, x, mean, var, gamma, beta, zero, unit):
+        scale = gamma * F.rsqrt(var + BN_EPS)
+        return self.affine(F, x, scale, beta - mean * scale, zero, unit)
+
+
+class BatchNorm(nn.BatchNorm):
+    """Gluon's BatchNorm with the core's eps and momentum; whole-batch statistics while ``exchange`` is set.
+
+    With ``sync`` the layer also carries the compiled pieces of the exchange;
+    running statistics are then blended once per step, on one context, by
+    :meth:`fold_batch_statistics`.
+    """
+
+    def __init__(self, channels: int, sync: bool = False) -> None:
+        super().__init__(momentum=MX_MOMENTUM, epsilon=BN_EPS, in_channels=channels)
+        if sync:
+            with self.name_scope():
+                self.moments = ShardMoments(channels)
+                self.normalize = Normalize(channels)
+        self.exchange: Optional[StatsExchange] = None
+        self.batch_statistics: Optional[tuple[mx.nd.NDArray, mx.nd.NDArray]] = None
+
+    def hybrid_forward(self, F, x, gamma, beta, running_mean, running_var):
+        if self.exchange is None or not autograd.is_training():
+            return super().hybrid_forward(F, x, gamma, beta, running_mean, running_var)
+        if F is not nd:
+            raise RuntimeError("sync BatchNorm runs imperatively: do not hybridize a block that holds it")
+        mean, var = self.moments(x)
+        mean, var = self.exchange.combine(mean, var, x.size // x.shape[1])
+        if self.exchange.is_leader(x.context):
+            self.batch_statistics = (mean.detach(), var.detach())
+        return self.normalize(x, mean, var, gamma, beta)
+
+    def fold_batch_statistics(self) -> None:
+        """Blend the last exchange's whole-batch statistics into the running ones, on the leader's context.
+
+        The caller then copies the leader's running statistics to every context.
+        """
+        if self.batch_statistics is None:
+            return
+        for param, batch in zip((self.running_mean, self.running_var), self.batch_statistics):
+            running = param.data(batch.context)
+            running[:] = MX_MOMENTUM * running + BN_MOMENTUM * batch
+        self.batch_statistics = None

@@ -1,0 +1,7 @@
+from multidev.testing import Conformance
+
+
+class TestMXNetConformance(Conformance):
+    backend = "mxnet"
+    # The two-device quick start runs through the command line in test_mxnet_engine.py.
+    accuracy_device_counts = (1,)

@@ -1,0 +1,158 @@
+"""What this engine handles beyond the conformance kit: MXNet 1.9's quirks.
+
+Checks that depend on how MXNet is first imported (threads, numpy.bool) or
+that could hang (sync BatchNorm) run in a subprocess with a time limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from multidev import load_backend, shard_sizes
+from multidev.devices import resolve_devices
+from multidev.models import BN_EPS, BN_MOMENTUM
+from multidev.testing import SAME_ENGINE_RTOL
+from multidev.testing._helpers import LENET, RESNET, assert_states_close, assert_states_equal, batch
+
+TIME_LIMIT = 180  # seconds; a healthy run takes a few
+
+
+def run_python(code: str, **env: str | None) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter; env values of None unset the variable."""
+    environ = dict(os.environ)
+    for key, value in env.items():
+        if value is None:
+            environ.pop(key, None)
+        else:
+            environ[key] = value
+    try:
+        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                              timeout=TIME_LIMIT, env=environ)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the subprocess ran past {TIME_LIMIT} s (a hang?)")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def test_import_multidev_loads_no_mxnet_and_no_numpy_bool():
+    proc = run_python("""
+        import sys
+        import numpy as np
+        import multidev
+        assert "mxnet" not in sys.modules, "import multidev imported mxnet"
+        had_bool = "bool" in np.__dict__
+        multidev.load_backend("mxnet")
+        assert "mxnet" in sys.modules
+        print(had_bool, "bool" in np.__dict__, np.__version__)
+    """)
+    had, has, version = proc.stdout.split()
+    if int(version.split(".")[0]) < 2:  # numpy 2 has numpy.bool of its own
+        assert (had, has) == ("False", "False"), "the numpy.bool alias leaked out of the engine's MXNet import"
+
+
+@pytest.mark.parametrize("given", [None, "1"], ids=["unset", "set"])
+def test_thread_count(given):
+    proc = run_python("""
+        import logging, os
+        logging.basicConfig(level=logging.INFO)
+        import multidev
+        engine = multidev.load_backend("mxnet")
+        print(os.environ["OMP_NUM_THREADS"])
+        print(engine.version())
+    """, OMP_NUM_THREADS=given)
+    threads, version = proc.stdout.strip().splitlines()
+    want = given if given is not None else str(len(os.sched_getaffinity(0)))
+    assert threads == want, f"OMP_NUM_THREADS became {threads}, expected {want}"
+    assert f"OMP_NUM_THREADS={want}" in version
+    assert ("from the environment" in version) == (given is not None)
+    assert "multidev.mxnet" in proc.stderr and f"OMP_NUM_THREADS={want}" in proc.stderr, "no log line"
+
+
+def test_sync_batchnorm_does_not_hang():
+    proc = run_python("""
+        import multidev
+        from multidev.devices import resolve_devices
+        from multidev.testing._helpers import RESNET, batch
+        engine = multidev.load_backend("mxnet")
+        # uneven shards, then a batch smaller than the device count (two of three contexts busy)
+        for k, size in [(2, 9), (3, 2)]:
+            reps = engine.replicate(RESNET, RESNET.init(0), resolve_devices(devices=k), batchnorm="sync")
+            for step in range(2):
+                x, y = batch(RESNET, size, seed=step)
+                reps.train_step(reps.split_batch(x, y, multidev.shard_sizes(size, k)), lr=0.1)
+            reps.gradients(reps.split_batch(x, y, multidev.shard_sizes(size, k)))
+        print("ok")
+    """)
+    assert proc.stdout.strip() == "ok"
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return load_backend("mxnet")
+
+
+def test_mxnet_batchnorm_follows_core_conventions(engine):
+    """The engine relies on this: biased running variance, momentum flipped, updated in backward."""
+    from multidev_mxnet.batchnorm import BatchNorm
+    from multidev_mxnet.runtime import mx
+
+    bn = BatchNorm(3)
+    bn.initialize(ctx=mx.cpu(0))
+    x = np.random.default_rng(0).normal(1, 2, (4, 3, 5, 5)).astype(np.float32)
+    with mx.autograd.record():
+        out = bn(mx.nd.array(x))
+    out.backward()
+    m = BN_MOMENTUM
+    np.testing.assert_allclose(bn.running_mean.data().asnumpy(), m * x.mean((0, 2, 3)), rtol=1e-5)
+    np.testing.assert_allclose(bn.running_var.data().asnumpy(), (1 - m) + m * x.var((0, 2, 3)), rtol=1e-5)
+    normalised = (x - x.mean((0, 2, 3), keepdims=True)) / np.sqrt(x.var((0, 2, 3), keepdims=True) + BN_EPS)
+    np.testing.assert_allclose(out.asnumpy(), normalised, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec,batchnorm", [(LENET, "local"), (RESNET, "local"), (RESNET, "sync")],
+                         ids=["lenet", "resnet18-local", "resnet18-sync"])
+def test_step_with_fewer_samples_than_devices(engine, spec, batchnorm):
+    """Idle contexts hand the kvstore a zero gradient: the step is one device's and replicas agree."""
+    x, y = batch(spec, 1, seed=3)
+    one = engine.replicate(spec, spec.init(0), resolve_devices(devices=1), batchnorm=batchnorm)
+    reps = engine.replicate(spec, spec.init(0), resolve_devices(devices=3), batchnorm=batchnorm)
+    for _ in range(2):  # twice: a stale gradient from the first step must not leak into the second
+        one.train_step(one.split_batch(x, y, [1]), lr=0.1)
+        reps.train_step(reps.split_batch(x, y, shard_sizes(1, 3)), lr=0.1)
+    assert_states_equal(reps.replica_states(), promise="idle contexts drift from the active one")
+    assert_states_close(reps.state(), one.state(), rtol=SAME_ENGINE_RTOL,
+                        promise="a step with idle contexts is not one device's step")
+
+
+def test_gradients_leave_running_statistics_alone(engine):
+    reps = engine.replicate(RESNET, RESNET.init(0), resolve_devices(devices=2))
+    before = reps.state()
+    x, y = batch(RESNET, 6)
+    reps.gradients(reps.split_batch(x, y, shard_sizes(6, 2)))
+    assert_states_equal([reps.state(), before], promise="gradients() changed the model")
+
+
+def test_devices_are_mxnet_contexts(engine):
+    reps = engine.replicate(LENET, LENET.init(0), resolve_devices(devices=["cpu:0", "cpu:2"]))
+    assert [str(c) for c in reps.contexts] == ["cpu(0)", "cpu(2)"]
+    shards = reps.split_batch(*batch(LENET, 5), [3, 2])
+    assert [str(s.x.context) for s in shards] == ["cpu(0)", "cpu(2)"]
+
+
+@pytest.mark.slow
+def test_quickstart_reaches_095_on_digits(tmp_path):
+    """The README's quick start on this engine: ResNet-18, digits, two virtual devices (~40 s on 2 cores)."""
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, "-m", "multidev", "train", "--backend", "mxnet", "--devices", "2",
+                           "--no-progress", "--json", str(out)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["backend"] == "mxnet" and len(result["devices"]) == 2 and result["test_total"] == 360
+    assert result["test_acc"] >= 0.95, proc.stdout

@@ -1,0 +1,139 @@
+"""multidev's MXNet engine against a hand-written Gluon training loop, in one run.
+
+Both train the book's small-image ResNet-18 with SGD on the same synthetic
+batch, on the same contexts (one, then two), and read the loss back every step
+(as any training loop that reports progress does). The hand-written loop is
+the book's concise multi-device recipe: one network initialised on every
+context, shards sliced by hand (no ``split_and_load``), one loss per shard,
+``Trainer.step`` over a ``device`` kvstore. Samples/s of each and their ratio
+are printed; timings alternate between the two in rounds, and the median round
+is kept, so load from other processes hits both alike.
+
+    python bench/bench_mxnet.py                      # ~2 minutes on 2 CPU cores
+    python bench/bench_mxnet.py --size 32 --batch 256 --steps 10 --rounds 5 --devices 1,2,4
+    python bench/bench_mxnet.py --gpus 2             # gpu(0), gpu(1) where they exist
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Callable
+
+import numpy as np
+
+import multidev
+from multidev.devices import resolve_devices
+from multidev.models import ModelSpec
+
+ENGINE = multidev.load_backend("mxnet")  # imports MXNet with the engine's thread setting, for both sides
+from multidev_mxnet.runtime import mx  # noqa: E402
+
+nn, gluon, autograd, nd = mx.gluon.nn, mx.gluon, mx.autograd, mx.nd
+
+
+# The hand-written side: the book's ResNet-18 (d2l "Residual" and "resnet_block"), in plain Gluon.
+class Residual(nn.HybridBlock):
+    def __init__(self, channels: int, use_1x1conv: bool = False, strides: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2D(channels, kernel_size=3, padding=1, strides=strides, use_bias=False)
+        self.conv2 = nn.Conv2D(channels, kernel_size=3, padding=1, use_bias=False)
+        self.conv3 = nn.Conv2D(channels, kernel_size=1, strides=strides) if use_1x1conv else None
+        self.bn1 = nn.BatchNorm()
+        self.bn2 = nn.BatchNorm()
+
+    def hybrid_forward(self, F, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + (self.conv3(x) if self.conv3 is not None else x))
+
+
+def resnet18(num_classes: int) -> nn.HybridSequential:
+    def block(channels: int, first_block: bool = False) -> nn.HybridSequential:
+        blk = nn.HybridSequential()
+        for i in range(2):
+            down = i == 0 and not first_block
+            blk.add(Residual(channels, use_1x1conv=down, strides=2 if down else 1))
+        return blk
+
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(64, kernel_size=3, strides=1, padding=1, use_bias=False), nn.BatchNorm(),
+            nn.Activation("relu"))
+    net.add(block(64, first_block=True), block(128), block(256), block(512))
+    net.add(nn.GlobalAvgPool2D(), nn.Dense(num_classes))
+    return net
+
+
+def hand_written(contexts: list, x: np.ndarray, y: np.ndarray, lr: float) -> Callable[[], float]:
+    net = resnet18(10)
+    net.initialize(mx.init.Xavier(), ctx=contexts)
+    net.hybridize(static_alloc=True)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": lr}, kvstore="device")
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    bounds = np.linspace(0, len(x), len(contexts) + 1).astype(int)  # the batch divides evenly here
+
+    def step() -> float:
+        xs = [nd.array(x[a:b], ctx=c) for a, b, c in zip(bounds, bounds[1:], contexts)]
+        ys = [nd.array(y[a:b], ctx=c) for a, b, c in zip(bounds, bounds[1:], contexts)]
+        with autograd.record():
+            losses = [loss_fn(net(xi), yi) for xi, yi in zip(xs, ys)]
+        for loss in losses:
+            loss.backward()
+        trainer.step(len(x))
+        return sum(float(loss.sum().asscalar()) for loss in losses)
+
+    return step
+
+
+def engine(devices: list, x: np.ndarray, y: np.ndarray, lr: float) -> Callable[[], float]:
+    spec = ModelSpec("resnet18", x.shape[1:], 10)
+    replicas = ENGINE.replicate(spec, spec.init(0), devices)
+    sizes = multidev.shard_sizes(len(x), len(devices))
+    return lambda: replicas.train_step(replicas.split_batch(x, y, sizes), lr).loss_sum
+
+
+def samples_per_second(step: Callable[[], float], batch: int, steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return batch * steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=28, help="image height and width (1 channel)")
+    parser.add_argument("--batch", type=int, default=64, help="minibatch size over all devices")
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per round")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the median is kept")
+    parser.add_argument("--devices", default="1,2", help="device counts to time (virtual CPU devices)")
+    parser.add_argument("--gpus", type=int, help="time on this many GPUs instead")
+    parser.add_argument("--lr", type=float, default=0.05)
+    args = parser.parse_args()
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (args.batch, 1, args.size, args.size)).astype(np.float32)
+    y = rng.integers(0, 10, args.batch).astype(np.float32)
+    counts = [args.gpus] if args.gpus else [int(k) for k in args.devices.split(",")]
+    print(f"{ENGINE.version()}; ResNet-18, batch {args.batch} of 1x{args.size}x{args.size}, "
+          f"{args.warmup} warm-up + {args.steps} timed steps x {args.rounds} rounds")
+    for k in counts:
+        devices = resolve_devices(gpus=args.gpus, gpu_count=ENGINE.gpu_count()) if args.gpus else \
+            resolve_devices(devices=k)
+        contexts = [mx.gpu(d.index) if d.kind == "gpu" else mx.cpu(d.index) for d in devices]
+        runs = {"multidev": engine(devices, x, y, args.lr), "gluon": hand_written(contexts, x, y, args.lr)}
+        for step in runs.values():
+            for _ in range(args.warmup):
+                step()
+        rates: dict[str, list[float]] = {name: [] for name in runs}
+        for _ in range(args.rounds):
+            for name, step in runs.items():
+                rates[name].append(samples_per_second(step, args.batch, args.steps))
+        ours, theirs = (statistics.median(rates[n]) for n in ("multidev", "gluon"))
+        print(f"{k} device(s) [{', '.join(map(str, devices))}]: multidev {ours:.1f} samples/s, "
+              f"hand-written Gluon {theirs:.1f} samples/s, ratio {ours / theirs:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
