@@ -99,5 +99,5 @@ def resolve_devices(*, gpus: object = None, devices: DeviceSpec = None, gpu_coun
     cpus = [d for d in chosen if d.kind == "cpu"]
     if cpus and max_cpu is not None and max(d.index for d in cpus) >= max_cpu:
         raise MultidevError(f"{len(cpus)} CPU devices asked for but this engine offers {max_cpu} "
-                            f"in this process: ask for fewer, or start a fresh process")
+                            f"in this process: ask for fewer (`multidev backends` shows the limit)")
     return chosen

@@ -3,10 +3,14 @@
 import pytest
 
 import multidev
-from multidev.testing._helpers import LENET, RESNET, assert_states_close, batch
+import numpy as np
 
-# TF32 and other GPU convolution algorithms round differently from the CPU.
-GPU_RTOL = 1e-2
+from multidev.testing import CROSS_ENGINE_RTOL, LENET, RESNET, batch
+
+# The whole SGD update as one vector, GPU against CPU. Engines compute float32 in full float32 on
+# the GPU (measured on an H100: 8e-7 LeNet, 4e-6 ResNet-18, torch and JAX alike); with cuDNN's
+# default TF32 the torch engine was off by 1.3e-2 and 6.2e-2, which this bound catches.
+GPU_RTOL = CROSS_ENGINE_RTOL
 
 
 def gpu_engines():
@@ -30,12 +34,15 @@ ENGINES = gpu_engines()
 def test_gpu_step_matches_cpu(name, spec):
     engine = multidev.load_backend(name)
     x, y = batch(spec, 12)
-    states = []
+    start = spec.init(0)
+    updates = []
     for device in ("gpu:0", "cpu:0"):
-        reps = engine.replicate(spec, spec.init(0), [multidev.Device.parse(device)])
+        reps = engine.replicate(spec, start, [multidev.Device.parse(device)])
         reps.train_step(reps.split_batch(x, y, [12]), lr=0.1)
-        states.append(reps.state())
-    assert_states_close(states[0], states[1], rtol=GPU_RTOL, promise=f"{name}: one SGD step on gpu:0 and cpu:0")
+        after = reps.state()
+        updates.append(np.concatenate([(after[n] - start[n]).ravel() for n in spec.trainable()]))
+    err = np.linalg.norm(updates[0] - updates[1]) / np.linalg.norm(updates[1])
+    assert err <= GPU_RTOL, f"{name}: the SGD update on gpu:0 differs from cpu:0's by {err:.1e} (relative norm)"
 
 
 @pytest.mark.skipif(not ENGINES, reason="no installed engine sees a GPU on this machine")

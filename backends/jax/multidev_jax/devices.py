@@ -1,0 +1,83 @@
+"""multidev device names to JAX devices, and how many virtual CPU devices JAX offers.
+
+JAX fixes its number of host (CPU) devices when its backend starts, on the
+first JAX operation; afterwards the count cannot change in that process. So
+the engine sets the count when it is created, while JAX has not started yet:
+``MULTIDEV_JAX_CPU_DEVICES`` if set, else :data:`DEFAULT_CPU_DEVICES` (enough
+for the conformance kit's 4; unused devices cost nothing measurable). A count
+the user already gave JAX (``jax_num_cpu_devices`` or ``XLA_FLAGS``) is kept.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Optional, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from multidev.devices import Device
+from multidev.errors import MultidevError
+
+ENV = "MULTIDEV_JAX_CPU_DEVICES"
+DEFAULT_CPU_DEVICES = 8
+AXIS = "data"  # the mesh axis the batch is split along
+_XLA_FLAG = "xla_force_host_platform_device_count"
+
+
+def requested_cpu_devices() -> Optional[int]:
+    """The CPU device count to give JAX, or None to leave JAX's own setting alone."""
+    value = os.environ.get(ENV, "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise MultidevError(f"{ENV}={value!r} is not a whole number >= 1: set it to the CPU devices you need")
+        return int(value)
+    if jax.config.jax_num_cpu_devices >= 0 or _XLA_FLAG in os.environ.get("XLA_FLAGS", ""):
+        return None  # the user configured JAX directly
+    return DEFAULT_CPU_DEVICES
+
+
+def configure_cpu_devices() -> None:
+    """Set JAX's CPU device count if its backend has not started; a no-op afterwards."""
+    wanted = requested_cpu_devices()
+    if wanted is None or jax.config.jax_num_cpu_devices == wanted:
+        return
+    try:
+        jax.config.update("jax_num_cpu_devices", wanted)
+    except RuntimeError:
+        pass  # JAX already started: its count stands and max_cpu_devices() reports it
+
+
+def cpu_devices() -> list[jax.Device]:
+    return jax.devices("cpu")
+
+
+def gpu_devices() -> list[jax.Device]:
+    """Accelerators of the default backend (JAX calls CUDA and ROCm devices ``gpu``)."""
+    return [d for d in jax.devices() if d.platform in ("gpu", "cuda", "rocm")]
+
+
+def jax_devices(devices: Sequence[Device]) -> list[jax.Device]:
+    """The JAX device behind each multidev name, or a one-line error saying what to do."""
+    kinds = {d.kind for d in devices}
+    if len(kinds) != 1:
+        raise MultidevError("the jax engine runs one mesh on one kind of device: name only cpu or only gpu devices")
+    kind = kinds.pop()
+    available = cpu_devices() if kind == "cpu" else gpu_devices()
+    wanted = max(d.index for d in devices) + 1
+    if wanted > len(available):
+        if kind == "gpu":
+            raise MultidevError(f"gpu:{wanted - 1} asked for but JAX sees {len(available)} GPU(s): name fewer, "
+                                f"or use --gpus to fall back to CPU devices")
+        raise MultidevError(f"cpu:{wanted - 1} asked for but JAX started with {len(available)} CPU device(s) "
+                            f"in this process: set {ENV}={wanted} before JAX starts (e.g. in the shell), "
+                            f"or ask for fewer")
+    return [available[d.index] for d in devices]
+
+
+@lru_cache(maxsize=None)
+def mesh(devices: tuple[jax.Device, ...]) -> Mesh:
+    """A one-axis mesh: the batch is split along :data:`AXIS`, parameters are replicated."""
+    return Mesh(np.array(devices, dtype=object), (AXIS,))

@@ -1,0 +1,56 @@
+"""Canonical arrays to Flax variables and back, exactly.
+
+The core's layout is OIHW convolutions and (out, in) dense weights; Flax
+wants HWIO kernels and (in, out) dense kernels under ``params``, and keeps
+running statistics under ``batch_stats``. Module paths equal the canonical
+names, so only the leaf name and the axis order change; transposes are exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+from flax.traverse_util import flatten_dict, unflatten_dict
+
+from multidev.models import ModelSpec, Param, State
+
+Variables = dict[str, Any]  # {"params": nested dict, "batch_stats": nested dict}
+
+_TO_FLAX = {"conv": (2, 3, 1, 0), "dense": (1, 0)}    # OIHW -> HWIO, (out, in) -> (in, out)
+_FROM_FLAX = {"conv": (3, 2, 0, 1), "dense": (1, 0)}
+
+
+def collection(param: Param) -> str:
+    return "params" if param.trainable else "batch_stats"
+
+
+def path(param: Param) -> tuple[str, ...]:
+    """Flax path of a canonical name: ``stage2.block1.conv1.weight`` -> ``(stage2, block1, conv1, kernel)``."""
+    *modules, leaf = param.name.split(".")
+    return (*modules, "kernel" if param.role in _TO_FLAX else leaf)
+
+
+def to_flax(spec: ModelSpec, state: State) -> Variables:
+    """Canonical state -> ``{"params": ..., "batch_stats": ...}`` of float32 numpy arrays."""
+    flat: dict[str, dict[tuple[str, ...], np.ndarray]] = {"params": {}, "batch_stats": {}}
+    for p in spec.params():
+        value = np.asarray(state[p.name], np.float32)
+        if p.role in _TO_FLAX:
+            value = value.transpose(_TO_FLAX[p.role])
+        flat[collection(p)][path(p)] = np.ascontiguousarray(value)
+    return {name: unflatten_dict(tree) for name, tree in flat.items()}
+
+
+def from_flax(spec: ModelSpec, variables: Mapping[str, Any], trainable_only: bool = False) -> State:
+    """Flax variables (or gradients, under ``params``) -> canonical state, in spec order."""
+    flat = {name: flatten_dict(dict(tree)) if tree else {} for name, tree in variables.items()}
+    state: State = {}
+    for p in spec.params():
+        if trainable_only and not p.trainable:
+            continue
+        value = np.asarray(flat[collection(p)][path(p)], np.float32)
+        if p.role in _FROM_FLAX:
+            value = value.transpose(_FROM_FLAX[p.role])
+        state[p.name] = np.ascontiguousarray(value)
+    return state

@@ -1,0 +1,147 @@
+"""The model replicated over a JAX device mesh: split, train, evaluate, state in and out.
+
+A batch lives as one global array sharded along the mesh axis. Shards can be
+uneven (the core's split rule) or empty, but an array's shards cannot, so
+every device's shard is padded to a common length (a multiple of
+:data:`ALIGN`) and carries its true size; the steps mask the padding (see
+:mod:`.steps`). Parameters, optimizer state and running statistics are
+replicated arrays: each device holds its own copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Hashable, Optional, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from multidev.devices import Device
+from multidev.errors import MultidevError
+from multidev.models import ModelSpec, State
+from multidev.protocol import StepStats
+from multidev.shard import shard_bounds
+
+from .compiled import Compiler
+from .devices import AXIS, jax_devices, mesh
+from .layout import from_flax, to_flax
+from .steps import OPTIMIZER, steps
+
+#: Shard length is rounded up to a multiple of this. Ragged last batches and evaluation batches then
+#: share compiled shapes, and small batches run the same per-device program shape on any device
+#: count, which keeps k-device float32 results closest to one device's (XLA's convolution rounding
+#: depends on the batch length). Costs at most ALIGN - 1 padded rows per device.
+ALIGN = 8
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A minibatch on the mesh: device i holds rows ``[i * length, i * length + sizes[i])`` of ``x``, then padding."""
+
+    x: jax.Array          # (k * length, C, H, W) float32, canonical NCHW
+    y: jax.Array          # (k * length,) int32; zeros for padding and unlabelled batches
+    device_sizes: jax.Array  # (k,) int32: each device reads its own true size
+    sizes: tuple[int, ...]
+    length: int
+    labelled: bool
+
+
+class JaxReplicas:
+    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str) -> None:
+        self.spec = spec
+        self.devices = tuple(devices)
+        self.sync = batchnorm == "sync"
+        self._places = tuple(jax_devices(self.devices))
+        self.mesh = mesh(self._places)
+        self._steps = steps(spec, self.sync, self.mesh)
+        self._compiler = Compiler()
+        self._replicated = NamedSharding(self.mesh, P())
+        self._sharded = NamedSharding(self.mesh, P(AXIS))
+        self._device_sizes: dict[tuple[int, ...], jax.Array] = {}
+        self.load_state(state)
+
+    @property
+    def compile_seconds(self) -> float:
+        return self._compiler.seconds
+
+    def _compiled(self, name: str, batch: Batch, *args: Any) -> jax.stages.Compiled:
+        key: Hashable = (name, self.spec, self.sync, self.mesh, batch.length)
+        return self._compiler.get(key, getattr(self._steps, name), *args)
+
+    def _on(self, tree: Any, device: jax.Device) -> Any:
+        """Device ``device``'s own copy of every array in ``tree``, on the host."""
+        def local(a: jax.Array) -> np.ndarray:
+            return np.asarray(next(s.data for s in a.addressable_shards if s.device == device))
+        return jax.tree.map(local, tree)
+
+    # Shard -----------------------------------------------------------------
+    def split_batch(self, x: np.ndarray, y: Optional[np.ndarray], sizes: Sequence[int]) -> Batch:
+        sizes = tuple(int(s) for s in sizes)
+        k = len(self._places)
+        if len(sizes) != k or sum(sizes) != len(x) or min(sizes) < 0:
+            raise MultidevError(f"shard sizes {list(sizes)} do not cut a batch of {len(x)} rows over {k} devices")
+        length = -(-max(1, *sizes) // ALIGN) * ALIGN
+        if all(n == length for n in sizes):  # even shards: no padding, no copy
+            images = np.ascontiguousarray(x, np.float32)
+            labels = np.zeros(len(x), np.int32) if y is None else np.asarray(y, np.int32)
+        else:
+            images = np.zeros((k * length, *x.shape[1:]), np.float32)
+            labels = np.zeros(k * length, np.int32)
+            for i, (a, b) in enumerate(shard_bounds(sizes)):
+                images[i * length:i * length + b - a] = x[a:b]
+                if y is not None:
+                    labels[i * length:i * length + b - a] = y[a:b]
+        if sizes not in self._device_sizes:  # an epoch has two or three distinct splits: place each once
+            self._device_sizes[sizes] = jax.device_put(np.asarray(sizes, np.int32), self._sharded)
+        images, labels = jax.device_put((images, labels), self._sharded)
+        return Batch(images, labels, self._device_sizes[sizes], sizes, length, y is not None)
+
+    def shards(self, batch: Batch) -> list[np.ndarray]:
+        held = {s.device: s.data for s in batch.x.addressable_shards}
+        return [np.asarray(held[d])[:n] for d, n in zip(self._places, batch.sizes)]
+
+    # Steps -----------------------------------------------------------------
+    def train_step(self, batch: Batch, lr: float) -> StepStats:
+        args = (self._params, self._opt_state, self._stats, batch.x, batch.y, batch.device_sizes, np.float32(lr))
+        step = self._compiled("train", batch, *args)
+        self._params, self._opt_state, self._stats, *sums = step(*args)
+        loss_sum, correct = jax.device_get(sums)  # one wait, one transfer
+        return StepStats(float(loss_sum), int(correct), sum(batch.sizes))
+
+    def gradients(self, batch: Batch) -> State:
+        args = (self._params, self._stats, batch.x, batch.y, batch.device_sizes)
+        grads = self._compiled("gradients", batch, *args)(*args)
+        return from_flax(self.spec, {"params": self._on(grads, self._places[0])}, trainable_only=True)
+
+    def _evaluate(self, batch: Batch) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        args = (self._params, self._stats, batch.x, batch.y, batch.device_sizes)
+        return self._compiled("evaluate", batch, *args)(*args)
+
+    def evaluate(self, batch: Batch) -> StepStats:
+        if not batch.labelled:
+            raise MultidevError("evaluate needs labels: pass y to split_batch")
+        loss_sum, correct, count = jax.device_get(self._evaluate(batch)[1:])
+        return StepStats(float(loss_sum), int(correct), int(count))
+
+    def predict(self, batch: Batch) -> np.ndarray:
+        logits = np.asarray(self._evaluate(batch)[0]).reshape(len(batch.sizes), batch.length, -1)
+        return np.concatenate([logits[i, :n] for i, n in enumerate(batch.sizes)])
+
+    # State -----------------------------------------------------------------
+    def _variables(self) -> dict[str, Any]:
+        return {"params": self._params, "batch_stats": self._stats}
+
+    def replica_states(self) -> list[State]:
+        return [from_flax(self.spec, self._on(self._variables(), d)) for d in self._places]
+
+    def state(self) -> State:
+        return from_flax(self.spec, self._on(self._variables(), self._places[0]))
+
+    def load_state(self, state: State) -> None:
+        self.spec.check(state)
+        variables = to_flax(self.spec, state)
+        self._params = jax.device_put(variables["params"], self._replicated)
+        self._stats = jax.device_put(variables["batch_stats"], self._replicated)
+        self._opt_state = jax.device_put(OPTIMIZER.init(variables["params"]), self._replicated)

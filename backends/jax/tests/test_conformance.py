@@ -1,0 +1,5 @@
+from multidev.testing import Conformance
+
+
+class TestJaxConformance(Conformance):
+    backend = "jax"

@@ -1,0 +1,140 @@
+"""What is particular to the JAX engine: its CPU device count, compile caching, padding."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from multidev import Device, ModelSpec, MultidevError, load_backend, resolve_devices, shard_sizes
+from multidev.models import BN_MOMENTUM
+from multidev.shard import shard_bounds
+from multidev.testing import SAME_ENGINE_RTOL
+from multidev.testing._helpers import RESNET, assert_states_close, batch, conv2d_nchw
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in ("MULTIDEV_JAX_CPU_DEVICES", "XLA_FLAGS")}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=300, env={**environ, **env}, check=False)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return load_backend("jax")
+
+
+def make(engine, spec: ModelSpec, k: int, batchnorm: str = "local"):
+    devices = resolve_devices(devices=k, max_cpu=engine.max_cpu_devices())
+    return engine.replicate(spec, spec.init(0), devices, batchnorm=batchnorm)
+
+
+# Devices -----------------------------------------------------------------
+def test_import_multidev_does_not_import_jax():
+    proc = run_python("import sys, multidev; print('jax' in sys.modules, 'multidev_jax' in sys.modules)")
+    assert proc.stdout.split() == ["False", "False"], proc.stderr
+
+
+def test_engine_gives_jax_the_default_cpu_devices():
+    proc = run_python("""
+        from multidev import load_backend
+        from multidev_jax.devices import DEFAULT_CPU_DEVICES
+        print(load_backend("jax").max_cpu_devices() == DEFAULT_CPU_DEVICES)""")
+    assert proc.stdout.strip() == "True", proc.stderr
+
+
+def test_env_override_sets_the_count():
+    proc = run_python("from multidev import load_backend; print(load_backend('jax').max_cpu_devices())",
+                      MULTIDEV_JAX_CPU_DEVICES="3")
+    assert proc.stdout.strip() == "3", proc.stderr
+
+
+def test_bad_env_override_is_one_clear_line():
+    proc = run_python("import sys; from multidev.cli import main; sys.exit(main(['backends']))",
+                      MULTIDEV_JAX_CPU_DEVICES="lots")
+    assert "Traceback" not in proc.stderr
+    assert "MULTIDEV_JAX_CPU_DEVICES='lots' is not a whole number" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("start, started_with", [
+    ("jax.config.update('jax_num_cpu_devices', 2); jax.devices()", 2),  # the user fixed the count
+    ("jax.devices()", 1),  # JAX started with its default before the engine could set it
+], ids=["user-set", "default"])
+def test_more_devices_than_jax_started_with_is_a_clear_error(start, started_with):
+    """JAX started before the engine: asking for one device more says what to do, no traceback."""
+    k = started_with + 1
+    proc = run_python(f"""
+        import sys, jax
+        {start}
+        from multidev import Device, ModelSpec, MultidevError, load_backend
+        from multidev.cli import main
+        engine = load_backend("jax")
+        print("offers", engine.max_cpu_devices())
+        spec = ModelSpec("lenet", (1, 16, 16), 10)
+        try:
+            engine.replicate(spec, spec.init(0), [Device("cpu", i) for i in range({k})])
+        except MultidevError as exc:
+            print("replicate:", exc)
+        sys.exit(main(["train", "--backend", "jax", "--devices", "{k}", "--no-progress"]))""")
+    out = proc.stdout.splitlines()
+    assert out[0] == f"offers {started_with}", proc.stderr
+    assert out[1].startswith(f"replicate: cpu:{k - 1} asked for but JAX started with {started_with} CPU device(s)")
+    assert f"MULTIDEV_JAX_CPU_DEVICES={k}" in out[1]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"multidev: error: {k} CPU devices asked for"), lines
+
+
+def test_mixed_device_kinds_are_refused(engine):
+    with pytest.raises(MultidevError, match="one kind of device"):
+        engine.replicate(RESNET, RESNET.init(0), [Device("cpu", 0), Device("gpu", 0)])
+
+
+# Compilation -------------------------------------------------------------
+def test_compile_seconds_paid_once_per_shape(engine):
+    from multidev_jax.compiled import cached_count
+
+    spec = ModelSpec("lenet", (1, 15, 15), 7)  # a shape no other test compiles
+    x, y = batch(spec, 10, seed=1)
+    first = make(engine, spec, 2)
+    assert first.compile_seconds == 0.0
+    first.train_step(first.split_batch(x, y, shard_sizes(10, 2)), lr=0.1)
+    assert first.compile_seconds > 0, "the first step compiles and reports it"
+    paid, executables = first.compile_seconds, cached_count()
+    first.train_step(first.split_batch(x, y, shard_sizes(10, 2)), lr=0.05)  # new lr: no recompile
+    x9, y9 = batch(spec, 9, seed=2)  # 5 + 4 rows pad to the same 8-aligned shard length
+    first.train_step(first.split_batch(x9, y9, shard_sizes(9, 2)), lr=0.1)
+    assert first.compile_seconds == paid and cached_count() == executables
+    second = make(engine, spec, 2)
+    second.train_step(second.split_batch(x, y, shard_sizes(10, 2)), lr=0.1)
+    assert second.compile_seconds == 0.0 and cached_count() == executables, "a second replica set recompiled"
+
+
+# Padding and empty shards ------------------------------------------------
+def test_padding_never_reaches_the_host(engine):
+    x, y = batch(RESNET, 3, seed=3)
+    reps = make(engine, RESNET, 4)
+    shards = reps.shards(reps.split_batch(x, y, shard_sizes(3, 4)))
+    assert [len(s) for s in shards] == [1, 1, 1, 0]
+    assert np.array_equal(np.concatenate(shards), x)
+
+
+def test_local_statistics_skip_empty_shards(engine):
+    """3 samples on 4 devices: running statistics average the 3 devices that saw data, not 4."""
+    x, y = batch(RESNET, 3, seed=4)
+    reps = make(engine, RESNET, 4)
+    reps.train_step(reps.split_batch(x, y, shard_sizes(3, 4)), lr=0.1)
+    conv = conv2d_nchw(x, RESNET.init(0)["stem.conv.weight"], padding=1)
+    shards = [conv[a:b] for a, b in shard_bounds(shard_sizes(3, 4)) if b > a]
+    m = BN_MOMENTUM
+    want = {"stem.bn.running_mean": m * np.mean([s.mean(axis=(0, 2, 3)) for s in shards], axis=0),
+            "stem.bn.running_var": (1 - m) + m * np.mean([s.var(axis=(0, 2, 3)) for s in shards], axis=0)}
+    assert_states_close(reps.state(), want, rtol=SAME_ENGINE_RTOL, names=list(want),
+                        promise="local BatchNorm with an empty shard")
+    states = reps.replica_states()
+    assert all(np.isfinite(v).all() for v in states[0].values()), "padding of the empty shard leaked into the step"
+    assert all(np.array_equal(states[0][n], s[n]) for s in states[1:] for n in states[0])

@@ -1,0 +1,156 @@
+"""multidev's JAX engine against a hand-written jitted Flax + Optax loop, same model, batch and devices.
+
+The hand-written loop is what one would write without multidev: Flax's own
+``nn.BatchNorm``, ``optax.sgd``, one ``jax.jit`` step with the batch sharded
+over a device mesh and the parameters replicated (XLA partitions it; the
+BatchNorm statistics are then the whole batch's, so it is compared with the
+engine's ``--batchnorm sync`` by default). It runs on NHWC data prepared
+once and does not wait for each step's loss; the engine splits every batch on
+the host, pads it and reads the loss back, as the training loop needs. The
+ratio is engine samples/s over hand-written samples/s (1.0: no overhead).
+Both use the engine's convolution precision (full float32: no TF32 on GPUs).
+
+    python bench/bench_jax.py                      # ~2 minutes on 2 CPU cores
+    python bench/bench_jax.py --size 32 --batch 256 --steps 20 --devices 1,2,4
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from functools import partial
+
+import numpy as np
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=int, default=28, help="image height and width (synthetic, 1 channel)")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=5, help="timed steps, after --warmup untimed ones")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--devices", default="1,2", help="device counts to time, comma-separated")
+    p.add_argument("--gpu", action="store_true", help="use GPUs instead of virtual CPU devices")
+    p.add_argument("--batchnorm", default="sync", choices=("sync", "local"), help="the engine's BatchNorm mode")
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--sync-loss", action="store_true",
+                   help="the hand-written loop also reads its loss back every step, as the engine must")
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse()
+    counts = [int(c) for c in args.devices.split(",")]
+    os.environ.setdefault("MULTIDEV_JAX_CPU_DEVICES", str(max(8, *counts)))
+    from multidev import load_backend  # the engine sets JAX's CPU device count before JAX starts
+
+    engine = load_backend("jax")
+    import jax
+
+    print(engine.version(), f"| JAX devices: {jax.devices()[0].platform} x{len(jax.devices())}",
+          f"| host cores: {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (args.batch, 1, args.size, args.size)).astype(np.float32)
+    y = rng.integers(0, 10, args.batch).astype(np.int64)
+    print(f"ResNet-18, {args.size}x{args.size}x1, batch {args.batch}, {args.warmup} warm-up + {args.steps} timed "
+          f"steps, engine batchnorm={args.batchnorm}")
+    print(f"{'devices':>7} {'engine samples/s':>17} {'hand-written':>13} {'ratio':>6} "
+          f"{'engine compile s':>17} {'hand compile s':>15}")
+    for k in counts:
+        eng_rate, eng_compile = time_engine(engine, args, k, x, y)
+        ref_rate, ref_compile = time_handwritten(args, k, x, y)
+        print(f"{k:>7} {eng_rate:>17.1f} {ref_rate:>13.1f} {eng_rate / ref_rate:>6.2f} "
+              f"{eng_compile:>17.1f} {ref_compile:>15.1f}", flush=True)
+
+
+def time_engine(engine, args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    from multidev import ModelSpec, resolve_devices, shard_sizes
+
+    spec = ModelSpec("resnet18", x.shape[1:], 10)
+    devices = resolve_devices(gpus=k, gpu_count=engine.gpu_count()) if args.gpu else \
+        resolve_devices(devices=k, max_cpu=engine.max_cpu_devices())
+    reps = engine.replicate(spec, spec.init(0), devices, batchnorm=args.batchnorm)
+    sizes = shard_sizes(len(x), k)
+    for _ in range(args.warmup):
+        reps.train_step(reps.split_batch(x, y, sizes), args.lr)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        reps.train_step(reps.split_batch(x, y, sizes), args.lr)
+    return args.steps * len(x) / (time.perf_counter() - start), reps.compile_seconds
+
+
+def time_handwritten(args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """A minimal data-parallel Flax + Optax loop: jit, a sharded batch, replicated parameters."""
+    import flax.linen as nn
+    import jax
+    import optax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+    from multidev_jax.model import PRECISION  # same arithmetic as the engine: a fair race
+
+    conv = partial(nn.Conv, precision=PRECISION)
+
+    class Block(nn.Module):
+        features: int
+        stride: int
+
+        @nn.compact
+        def __call__(self, x, train: bool):
+            norm = partial(nn.BatchNorm, use_running_average=not train, momentum=0.9, epsilon=1e-5)
+            y = conv(self.features, (3, 3), self.stride, padding=1, use_bias=False)(x)
+            y = nn.relu(norm()(y))
+            y = norm()(conv(self.features, (3, 3), padding=1, use_bias=False)(y))
+            if self.stride != 1 or x.shape[-1] != self.features:
+                x = conv(self.features, (1, 1), self.stride)(x)
+            return nn.relu(y + x)
+
+    class ResNet18(nn.Module):
+        @nn.compact
+        def __call__(self, x, train: bool):
+            x = conv(64, (3, 3), padding=1, use_bias=False)(x)
+            x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)(x))
+            for stage, width in enumerate((64, 128, 256, 512)):
+                x = Block(width, 2 if stage else 1)(x, train)
+                x = Block(width, 1)(x, train)
+            return nn.Dense(10, precision=PRECISION)(x.mean(axis=(1, 2)))
+
+    platform = "gpu" if args.gpu else "cpu"
+    mesh = Mesh(np.array(jax.devices(platform)[:k]), ("batch",))
+    replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
+    model, tx = ResNet18(), optax.sgd(args.lr)
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    variables = jax.jit(partial(model.init, train=False))(jax.random.PRNGKey(0), nhwc[:1])
+    params, stats = jax.device_put((variables["params"], variables["batch_stats"]), replicated)
+    opt_state = jax.device_put(tx.init(params), replicated)
+
+    def step(params, stats, opt_state, xb, yb):
+        def loss_fn(p):
+            logits, new = model.apply({"params": p, "batch_stats": stats}, xb, train=True, mutable=["batch_stats"])
+            return optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean(), new["batch_stats"]
+        (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), new_stats, opt_state, loss
+
+    jitted = jax.jit(step, donate_argnums=(0, 1, 2), out_shardings=replicated)
+    xb, yb = jax.device_put(nhwc, sharded), jax.device_put(y.astype(np.int32), sharded)
+    start = time.perf_counter()
+    compiled = jitted.lower(params, stats, opt_state, xb, yb).compile()
+    compile_seconds = time.perf_counter() - start
+    def run(steps: int) -> float:
+        nonlocal params, stats, opt_state
+        start = time.perf_counter()
+        for _ in range(steps):
+            params, stats, opt_state, loss = compiled(params, stats, opt_state, jax.device_put(nhwc, sharded),
+                                                      jax.device_put(y.astype(np.int32), sharded))
+            if args.sync_loss:
+                float(loss)
+        jax.block_until_ready(params)
+        return time.perf_counter() - start
+
+    run(args.warmup)
+    return args.steps * len(x) / run(args.steps), compile_seconds
+
+
+if __name__ == "__main__":
+    main()
