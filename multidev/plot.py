@@ -21,10 +21,13 @@ def plot_accuracy(results: Sequence[Result], path: str | Path, title: str | None
     from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
-    for r in results:
+    colors = plt.get_cmap("tab20").colors
+    for i, r in enumerate(results):
         epochs = [e.epoch for e in r.epochs]
-        ax.plot(epochs, [e.test_acc for e in r.epochs], marker="o", label=f"{label(r)} test")
-        ax.plot(epochs, [e.train_acc for e in r.epochs], linestyle="--", alpha=0.6, label=f"{label(r)} train")
+        color = colors[(2 * i) % len(colors)]  # one colour per run: test solid, train dashed
+        ax.plot(epochs, [e.test_acc for e in r.epochs], marker="o", color=color, label=f"{label(r)} test")
+        ax.plot(epochs, [e.train_acc for e in r.epochs], linestyle="--", alpha=0.5, color=color,
+                label=f"{label(r)} train")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel("accuracy")
