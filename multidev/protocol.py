@@ -16,6 +16,7 @@ from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from .devices import Device
+from .errors import MultidevError
 from .models import ModelSpec, State
 
 #: Capabilities an engine may claim; the conformance kit skips what is not claimed.
@@ -27,6 +28,12 @@ CAPABILITIES = frozenset({
 })
 
 BATCHNORM_MODES = ("local", "sync")
+
+
+def check_batchnorm(mode: str) -> None:
+    """The one check of a BatchNorm mode, for the core and for engines called directly."""
+    if mode not in BATCHNORM_MODES:
+        raise MultidevError(f"unknown batchnorm {mode!r}: choose one of {', '.join(BATCHNORM_MODES)}")
 
 
 @dataclass(frozen=True)

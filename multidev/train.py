@@ -14,7 +14,7 @@ from .data import Dataset, batches, epoch_order, load_dataset, num_batches
 from .devices import DeviceSpec, resolve_devices
 from .errors import MultidevError
 from .models import ModelSpec
-from .protocol import BATCHNORM_MODES, Replicas
+from .protocol import Replicas, check_batchnorm
 from .registry import load_backend
 from .result import EpochRecord, Result
 from .shard import shard_sizes
@@ -35,8 +35,7 @@ def check_settings(*, epochs: object, batch_size: object, lr: object, batchnorm:
     _positive_int(batch_size, "batch size")
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
         raise MultidevError(f"learning rate must be a positive finite number, got {lr!r}")
-    if batchnorm not in BATCHNORM_MODES:
-        raise MultidevError(f"unknown batchnorm {batchnorm!r}: choose one of {', '.join(BATCHNORM_MODES)}")
+    check_batchnorm(batchnorm)
 
 
 def evaluate(replicas: Replicas, x: np.ndarray, y: np.ndarray, batch_size: int,

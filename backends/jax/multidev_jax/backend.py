@@ -7,9 +7,8 @@ from typing import Optional, Sequence
 import jax
 
 from multidev.devices import Device
-from multidev.errors import MultidevError
 from multidev.models import ModelSpec, State
-from multidev.protocol import BATCHNORM_MODES
+from multidev.protocol import check_batchnorm
 
 from .devices import configure_cpu_devices, cpu_devices, gpu_devices
 from .parallel import JaxReplicas
@@ -35,6 +34,5 @@ class JaxBackend:
 
     def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
                   batchnorm: str = "local") -> JaxReplicas:
-        if batchnorm not in BATCHNORM_MODES:
-            raise MultidevError(f"unknown batchnorm {batchnorm!r}: choose one of {', '.join(BATCHNORM_MODES)}")
+        check_batchnorm(batchnorm)
         return JaxReplicas(spec, state, devices, batchnorm)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from multidev.devices import Device
-from multidev.errors import MultidevError
 from multidev.models import ModelSpec, State
-from multidev.protocol import BATCHNORM_MODES
+from multidev.protocol import check_batchnorm
 
 from .parallel import MXNetReplicas
 from .runtime import THREADS, mx
@@ -32,6 +31,5 @@ class MXNetBackend:
 
     def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
                   batchnorm: str = "local") -> MXNetReplicas:
-        if batchnorm not in BATCHNORM_MODES:
-            raise MultidevError(f"unknown batchnorm {batchnorm!r}: choose one of {', '.join(BATCHNORM_MODES)}")
+        check_batchnorm(batchnorm)
         return MXNetReplicas(spec, state, devices, batchnorm)

@@ -7,9 +7,8 @@ from typing import Optional, Sequence
 import torch
 
 from multidev.devices import Device
-from multidev.errors import MultidevError
 from multidev.models import ModelSpec, State
-from multidev.protocol import BATCHNORM_MODES
+from multidev.protocol import check_batchnorm
 
 from .parallel import TorchReplicas
 
@@ -30,6 +29,5 @@ class TorchBackend:
 
     def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
                   batchnorm: str = "local") -> TorchReplicas:
-        if batchnorm not in BATCHNORM_MODES:
-            raise MultidevError(f"unknown batchnorm {batchnorm!r}: choose one of {', '.join(BATCHNORM_MODES)}")
+        check_batchnorm(batchnorm)
         return TorchReplicas(spec, state, devices, batchnorm)

@@ -10,7 +10,7 @@ import numpy as np
 from multidev.devices import Device
 from multidev.errors import MultidevError
 from multidev.models import ModelSpec, State
-from multidev.protocol import BATCHNORM_MODES
+from multidev.protocol import check_batchnorm
 
 from .parallel import NumpyReplicas
 
@@ -36,8 +36,7 @@ class NumpyBackend:
 
     def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
                   batchnorm: str = "local") -> NumpyReplicas:
-        if batchnorm not in BATCHNORM_MODES:
-            raise MultidevError(f"unknown batchnorm {batchnorm!r}: choose one of {', '.join(BATCHNORM_MODES)}")
+        check_batchnorm(batchnorm)
         if any(d.kind != "cpu" for d in devices):
             # The core only hands out GPUs when gpu_count() says so; this guards direct callers.
             raise MultidevError("the numpy engine runs on CPU devices only: use devices=k or cpu:i names")
