@@ -10,7 +10,7 @@ import numpy as np
 from multidev.devices import Device
 from multidev.errors import MultidevError
 from multidev.models import ModelSpec, State
-from multidev.protocol import check_batchnorm
+from multidev.protocol import check_batchnorm, check_dtype
 
 from .parallel import NumpyReplicas
 
@@ -19,7 +19,7 @@ class NumpyBackend:
     name = "numpy"
     # Claim only what the engine really does: the conformance kit skips the
     # checks of capabilities that are not claimed, and runs all the others.
-    capabilities = frozenset({"virtual_cpu", "sync_batchnorm"})
+    capabilities = frozenset({"virtual_cpu", "sync_batchnorm", "float64"})
 
     def version(self) -> str:
         try:
@@ -35,9 +35,10 @@ class NumpyBackend:
         return None  # CPU devices are replicas on the host: any number
 
     def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
-                  batchnorm: str = "local") -> NumpyReplicas:
+                  batchnorm: str = "local", dtype: str = "float32") -> NumpyReplicas:
         check_batchnorm(batchnorm)
+        check_dtype(dtype, self.capabilities)
         if any(d.kind != "cpu" for d in devices):
             # The core only hands out GPUs when gpu_count() says so; this guards direct callers.
             raise MultidevError("the numpy engine runs on CPU devices only: use devices=k or cpu:i names")
-        return NumpyReplicas(spec, state, devices, batchnorm)
+        return NumpyReplicas(spec, state, devices, batchnorm, np.dtype(dtype))

@@ -16,10 +16,8 @@ import numpy as np
 from multidev.devices import Device
 from multidev.models import ModelSpec, State
 from multidev.protocol import StepStats
+from multidev.reference import Run, backward, build, layers
 from multidev.shard import split
-
-from . import layers
-from .model import Run, build
 
 
 @dataclass
@@ -32,16 +30,12 @@ class Shard:
         return len(self.x)
 
 
-def allreduce(per_device: list[State]) -> State:
-    """Sum each array over the devices. The result is one array that every device then
-    uses, so the replicas apply bit-identical updates and never drift apart."""
-    return {name: sum(d[name] for d in per_device) for name in per_device[0]}
-
-
 class NumpyReplicas:
     compile_seconds = 0.0  # nothing is compiled
 
-    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str) -> None:
+    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str,
+                 dtype: np.dtype = np.dtype(np.float32)) -> None:
+        self.dtype = dtype
         self.spec = spec
         self.devices = tuple(devices)
         self.sync = batchnorm == "sync"
@@ -53,7 +47,7 @@ class NumpyReplicas:
     def split_batch(self, x: np.ndarray, y: Optional[np.ndarray], sizes: Sequence[int]) -> list[Shard]:
         # The core's rule (contiguous rows, numpy.array_split sizes). The copy is the
         # "transfer to the device": a shard must not alias the caller's batch.
-        xs = split(np.asarray(x, np.float32), sizes)
+        xs = split(np.asarray(x, self.dtype), sizes)
         ys = split(y, sizes) if y is not None else [None] * len(sizes)
         return [Shard(xi.copy(), None if yi is None else np.asarray(yi, np.int64).copy()) for xi, yi in zip(xs, ys)]
 
@@ -72,13 +66,11 @@ class NumpyReplicas:
         run, active = self._run(batch, train=True, update_stats=update_stats)
         if not active:
             return StepStats(0.0, 0, 0), active, {}
-        logits = self.model.forward(run, [batch[i].x for i in active])
-        # Each device's loss is its samples' sum over the *whole* B (weight n_i / B, SPEC §4),
-        # so the plain sum of the devices' gradients is the whole-batch gradient.
-        losses = [layers.softmax_cross_entropy(z, batch[i].y, total) for z, i in zip(logits, active)]
-        self.model.backward(run, [grad for _, _, grad in losses])
-        stats = StepStats(sum(loss for loss, _, _ in losses), sum(c for _, c, _ in losses), total)
-        return stats, active, allreduce(run.grads)
+        # The AllReduce is the sum inside ``backward``: one array that every device then
+        # uses, so the replicas apply bit-identical updates and never drift apart.
+        loss, correct, grads = backward(self.model, run, [batch[i].x for i in active],
+                                        [batch[i].y for i in active], total)
+        return StepStats(loss, correct, total), active, grads
 
     def _sync_statistics(self, active: list[int]) -> None:
         """Average the running statistics over the devices that saw data, copy to all (SPEC §5)."""
@@ -86,7 +78,7 @@ class NumpyReplicas:
             if self.sync:  # every active device already holds the same whole-batch value
                 value = self.replicas[active[0]][name]
             else:
-                value = sum(self.replicas[i][name] for i in active) / np.float32(len(active))
+                value = sum(self.replicas[i][name] for i in active) / self.dtype.type(len(active))
             for replica in self.replicas:
                 replica[name] = value.copy()
 
@@ -95,7 +87,7 @@ class NumpyReplicas:
         stats, active, grads = self._backward(batch, update_stats=True)
         if active:
             for name, g in grads.items():
-                step = np.float32(lr) * g  # computed once: every replica subtracts the same array
+                step = self.dtype.type(lr) * g  # computed once: every replica subtracts the same array
                 for replica in self.replicas:
                     replica[name] = replica[name] - step
             self._sync_statistics(active)
@@ -117,7 +109,7 @@ class NumpyReplicas:
 
     def predict(self, batch: list[Shard]) -> np.ndarray:
         logits, _ = self._eval_logits(batch)  # devices in order, each its contiguous rows
-        return np.concatenate(logits) if logits else np.zeros((0, self.spec.num_classes), np.float32)
+        return np.concatenate(logits) if logits else np.zeros((0, self.spec.num_classes), self.dtype)
 
     def replica_states(self) -> list[State]:
         names = [p.name for p in self.spec.params()]
@@ -129,5 +121,5 @@ class NumpyReplicas:
     def load_state(self, state: State) -> None:
         self.spec.check(state)
         # One independent float32 copy per device: updating one replica must never touch another.
-        self.replicas = [{p.name: np.array(state[p.name], np.float32) for p in self.spec.params()}
+        self.replicas = [{p.name: np.array(state[p.name], self.dtype) for p in self.spec.params()}
                          for _ in self.devices]

@@ -1,0 +1,104 @@
+"""The models written out in NumPy, forward and backward, in any float dtype.
+
+This is the contract's arithmetic with nothing framework-specific in it: the
+NumPy example engine runs it in float32, and the conformance kit runs it in
+float64 to get the *truth* that every engine's float32 answers are measured
+against (docs/contract.md, "Tolerances"). Devices are simulated in lockstep
+(``network.Run``), so local and sync BatchNorm and uneven shards follow the
+contract exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..models import ModelSpec, State
+from ..shard import split
+from . import layers
+from .network import Run, Sequential, build
+
+__all__ = ["Run", "Sequential", "backward", "build", "gradients", "layers", "predict", "relu_inputs", "sgd_step"]
+
+
+def backward(model: Sequential, run: Run, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray],
+             total: int) -> tuple[float, int, State]:
+    """(loss sum, correct, summed gradient) of the mean loss over ``total`` samples; one shard per run device.
+
+    Each shard's loss is its samples' sum over the *whole* B (weight n_i / B),
+    so the plain sum of the devices' gradients is the whole-batch gradient.
+    """
+    logits = model.forward(run, list(xs))
+    losses = [layers.softmax_cross_entropy(z, y, total) for z, y in zip(logits, ys)]
+    model.backward(run, [grad for _, _, grad in losses])
+    summed = {name: sum(g[name] for g in run.grads) for name in run.grads[0]}
+    return sum(loss for loss, _, _ in losses), sum(c for _, c, _ in losses), summed
+
+
+def _shards(x: np.ndarray, y: np.ndarray, sizes: Optional[Sequence[int]], dtype) -> tuple[list, list]:
+    sizes = [len(x)] if sizes is None else [s for s in sizes if s > 0]
+    xs = [np.asarray(part, dtype) for part in split(np.asarray(x), sizes)]
+    return xs, split(np.asarray(y, np.int64), sizes)
+
+
+def _copies(spec: ModelSpec, state: State, k: int, dtype) -> list[State]:
+    return [{p.name: np.array(state[p.name], dtype) for p in spec.params()} for _ in range(k)]
+
+
+def gradients(spec: ModelSpec, state: State, x: np.ndarray, y: np.ndarray, sizes: Optional[Sequence[int]] = None,
+              batchnorm: str = "local", dtype=np.float64) -> State:
+    """The contract's aggregated gradient for a batch cut by ``sizes`` (one device when None), in ``dtype``."""
+    xs, ys = _shards(x, y, sizes, dtype)
+    run = Run(_copies(spec, state, len(xs), dtype), train=True, sync=batchnorm == "sync", update_stats=False)
+    return backward(build(spec), run, xs, ys, len(x))[2]
+
+
+def sgd_step(spec: ModelSpec, state: State, x: np.ndarray, y: np.ndarray, lr: float,
+             sizes: Optional[Sequence[int]] = None, batchnorm: str = "local", dtype=np.float64) -> State:
+    """The state after one plain SGD step of the contract, running statistics included, in ``dtype``."""
+    xs, ys = _shards(x, y, sizes, dtype)
+    replicas = _copies(spec, state, len(xs), dtype)
+    run = Run(replicas, train=True, sync=batchnorm == "sync", update_stats=True)
+    grads = backward(build(spec), run, xs, ys, len(x))[2]
+    new = {name: replicas[0][name] - dtype(lr) * grads[name] for name in spec.trainable()}
+    for name in spec.statistics():  # averaged over the devices that had data (identical under sync)
+        new[name] = sum(r[name] for r in replicas) / dtype(len(replicas))
+    return new
+
+
+def predict(spec: ModelSpec, state: State, x: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """Inference-mode logits (running statistics), in ``dtype``."""
+    run = Run(_copies(spec, state, 1, dtype), train=False)
+    return build(spec).forward(run, [np.asarray(x, dtype)])[0]
+
+
+def _modules(node: object):
+    """Every layer object of a network, depth first."""
+    yield node
+    children = getattr(node, "children", None) or [v for v in vars(node).values() if hasattr(v, "forward")]
+    for child in children:
+        yield from _modules(child)
+
+
+def relu_inputs(spec: ModelSpec, state: State, x: np.ndarray, sizes: Optional[Sequence[int]] = None,
+                batchnorm: str = "local", dtype=np.float64) -> list[np.ndarray]:
+    """What every ReLU receives in a training-mode forward pass (one array per ReLU and device).
+
+    A gradient is not continuous at a ReLU's kink: where an input sits closer
+    to 0 than float32 rounding reaches, float32 runs land on either side and
+    their gradients differ by far more than rounding. The conformance kit uses
+    these values to judge gradients only on cases that stay clear of kinks.
+    """
+    model = build(spec)
+    seen: list[np.ndarray] = []
+    for layer in _modules(model):
+        if getattr(layer, "_forward", None) is layers.relu:
+            def watched(v, forward=layer._forward):
+                seen.append(np.array(v, np.float64))
+                return forward(v)
+            layer._forward = watched
+    xs, _ = _shards(x, np.zeros(len(x)), sizes, dtype)
+    model.forward(Run(_copies(spec, state, len(xs), dtype), train=True, sync=batchnorm == "sync",
+                      update_stats=False), xs)
+    return seen
