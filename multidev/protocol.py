@@ -25,9 +25,20 @@ CAPABILITIES = frozenset({
     "virtual_cpu",      # k > 1 CPU devices in one process (SPEC §1)
     "sync_batchnorm",   # batchnorm="sync": whole-minibatch statistics
     "multi_process",    # one process per device
+    "float64",          # dtype="float64": the float64 runs that float32 answers are judged against
 })
 
+DTYPES = ("float32", "float64")
+
 BATCHNORM_MODES = ("local", "sync")
+
+
+def check_dtype(dtype: str, capabilities: frozenset[str]) -> None:
+    """float32 always; float64 only where the engine claims it."""
+    if dtype not in DTYPES:
+        raise MultidevError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    if dtype == "float64" and "float64" not in capabilities:
+        raise MultidevError("this engine computes in float32 only: leave dtype at float32")
 
 
 def check_batchnorm(mode: str) -> None:
@@ -104,5 +115,8 @@ class Backend(Protocol):
         """Virtual CPU devices this process can still offer (None: no limit)."""
 
     def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
-                  batchnorm: str = "local") -> Replicas:
-        """Build the model on every device and load ``state`` into each replica."""
+                  batchnorm: str = "local", dtype: str = "float32") -> Replicas:
+        """Build the model on every device and load ``state`` into each replica.
+
+        ``dtype="float64"`` is asked for only of engines that claim ``float64``.
+        """

@@ -52,3 +52,21 @@ def conv2d_nchw(x: np.ndarray, w: np.ndarray, padding: int) -> np.ndarray:
     oh, ow = h + 2 * padding - kh + 1, wd + 2 * padding - kw + 1
     patches = np.stack([xp[:, :, i:i + oh, j:j + ow] for i in range(kh) for j in range(kw)], axis=-1)
     return np.einsum("nchwk,ock->nohw", patches.astype(np.float64), w.reshape(o, c, kh * kw).astype(np.float64))
+
+
+def kink_margin(spec: ModelSpec, state: State, x: np.ndarray, sizes=None, batchnorm: str = "local") -> tuple[float, float]:
+    """(margin, float32 reach) of a case, both relative to each ReLU's root-mean-square input.
+
+    margin: the smallest |ReLU input| in float64. reach: the largest distance
+    of the float32 reference's ReLU inputs from float64's. A case whose margin
+    is many times its reach has every ReLU on the same side in every float32
+    run, so its gradient is a smooth function and rounding alone separates runs.
+    """
+    from .. import reference
+
+    exact = reference.relu_inputs(spec, state, x, sizes, batchnorm)
+    single = reference.relu_inputs(spec, state, x, sizes, batchnorm, dtype=np.float32)
+    rms = [max(float(np.sqrt(np.mean(v * v))), 1e-300) for v in exact]
+    margin = min(float(np.abs(v).min()) / r for v, r in zip(exact, rms))
+    reach = max(float(np.abs(v - w).max()) / r for v, w, r in zip(exact, single, rms))
+    return margin, reach

@@ -8,7 +8,7 @@ import jax
 
 from multidev.devices import Device
 from multidev.models import ModelSpec, State
-from multidev.protocol import check_batchnorm
+from multidev.protocol import check_batchnorm, check_dtype
 
 from .devices import configure_cpu_devices, cpu_devices, gpu_devices
 from .parallel import JaxReplicas
@@ -16,7 +16,7 @@ from .parallel import JaxReplicas
 
 class JaxBackend:
     name = "jax"
-    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm"})
+    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64"})
 
     def __init__(self) -> None:
         configure_cpu_devices()  # must happen before the first JAX operation (see devices.py)
@@ -33,6 +33,7 @@ class JaxBackend:
         return len(cpu_devices())  # fixed when JAX started
 
     def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
-                  batchnorm: str = "local") -> JaxReplicas:
+                  batchnorm: str = "local", dtype: str = "float32") -> JaxReplicas:
         check_batchnorm(batchnorm)
-        return JaxReplicas(spec, state, devices, batchnorm)
+        check_dtype(dtype, self.capabilities)
+        return JaxReplicas(spec, state, devices, batchnorm, dtype)

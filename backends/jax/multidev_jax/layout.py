@@ -31,11 +31,11 @@ def path(param: Param) -> tuple[str, ...]:
     return (*modules, "kernel" if param.role in _TO_FLAX else leaf)
 
 
-def to_flax(spec: ModelSpec, state: State) -> Variables:
-    """Canonical state -> ``{"params": ..., "batch_stats": ...}`` of float32 numpy arrays."""
+def to_flax(spec: ModelSpec, state: State, dtype=np.float32) -> Variables:
+    """Canonical state -> ``{"params": ..., "batch_stats": ...}`` of numpy arrays in ``dtype``."""
     flat: dict[str, dict[tuple[str, ...], np.ndarray]] = {"params": {}, "batch_stats": {}}
     for p in spec.params():
-        value = np.asarray(state[p.name], np.float32)
+        value = np.asarray(state[p.name], dtype)
         if p.role in _TO_FLAX:
             value = value.transpose(_TO_FLAX[p.role])
         flat[collection(p)][path(p)] = np.ascontiguousarray(value)
@@ -49,7 +49,7 @@ def from_flax(spec: ModelSpec, variables: Mapping[str, Any], trainable_only: boo
     for p in spec.params():
         if trainable_only and not p.trainable:
             continue
-        value = np.asarray(flat[collection(p)][path(p)], np.float32)
+        value = np.asarray(flat[collection(p)][path(p)])
         if p.role in _FROM_FLAX:
             value = value.transpose(_FROM_FLAX[p.role])
         state[p.name] = np.ascontiguousarray(value)

@@ -10,11 +10,13 @@ replicated arrays: each device holds its own copy.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Hashable, Optional, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import enable_x64
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -48,8 +50,21 @@ class Batch:
     labelled: bool
 
 
+def scoped(method):
+    """Run a method with JAX's 64-bit mode as this replica set needs it (float64 runs only)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if self.dtype != np.float64:
+            return method(self, *args, **kwargs)
+        with enable_x64():
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
 class JaxReplicas:
-    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str) -> None:
+    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str,
+                 dtype: str = "float32") -> None:
+        self.dtype = np.dtype(dtype)
         self.spec = spec
         self.devices = tuple(devices)
         self.sync = batchnorm == "sync"
@@ -67,7 +82,7 @@ class JaxReplicas:
         return self._compiler.seconds
 
     def _compiled(self, name: str, batch: Batch, *args: Any) -> jax.stages.Compiled:
-        key: Hashable = (name, self.spec, self.sync, self.mesh, batch.length)
+        key: Hashable = (name, self.spec, self.sync, self.mesh, batch.length, self.dtype)
         return self._compiler.get(key, getattr(self._steps, name), *args)
 
     def _on(self, tree: Any, device: jax.Device) -> Any:
@@ -77,6 +92,7 @@ class JaxReplicas:
         return jax.tree.map(local, tree)
 
     # Shard -----------------------------------------------------------------
+    @scoped
     def split_batch(self, x: np.ndarray, y: Optional[np.ndarray], sizes: Sequence[int]) -> Batch:
         sizes = tuple(int(s) for s in sizes)
         k = len(self._places)
@@ -84,10 +100,10 @@ class JaxReplicas:
             raise MultidevError(f"shard sizes {list(sizes)} do not cut a batch of {len(x)} rows over {k} devices")
         length = -(-max(1, *sizes) // ALIGN) * ALIGN
         if all(n == length for n in sizes):  # even shards: no padding, no copy
-            images = np.ascontiguousarray(x, np.float32)
+            images = np.ascontiguousarray(x, self.dtype)
             labels = np.zeros(len(x), np.int32) if y is None else np.asarray(y, np.int32)
         else:
-            images = np.zeros((k * length, *x.shape[1:]), np.float32)
+            images = np.zeros((k * length, *x.shape[1:]), self.dtype)
             labels = np.zeros(k * length, np.int32)
             for i, (a, b) in enumerate(shard_bounds(sizes)):
                 images[i * length:i * length + b - a] = x[a:b]
@@ -98,18 +114,21 @@ class JaxReplicas:
         images, labels = jax.device_put((images, labels), self._sharded)
         return Batch(images, labels, self._device_sizes[sizes], sizes, length, y is not None)
 
+    @scoped
     def shards(self, batch: Batch) -> list[np.ndarray]:
         held = {s.device: s.data for s in batch.x.addressable_shards}
         return [np.asarray(held[d])[:n] for d, n in zip(self._places, batch.sizes)]
 
     # Steps -----------------------------------------------------------------
+    @scoped
     def train_step(self, batch: Batch, lr: float) -> StepStats:
-        args = (self._params, self._opt_state, self._stats, batch.x, batch.y, batch.device_sizes, np.float32(lr))
+        args = (self._params, self._opt_state, self._stats, batch.x, batch.y, batch.device_sizes, self.dtype.type(lr))
         step = self._compiled("train", batch, *args)
         self._params, self._opt_state, self._stats, *sums = step(*args)
         loss_sum, correct = jax.device_get(sums)  # one wait, one transfer
         return StepStats(float(loss_sum), int(correct), sum(batch.sizes))
 
+    @scoped
     def gradients(self, batch: Batch) -> State:
         args = (self._params, self._stats, batch.x, batch.y, batch.device_sizes)
         grads = self._compiled("gradients", batch, *args)(*args)
@@ -119,12 +138,14 @@ class JaxReplicas:
         args = (self._params, self._stats, batch.x, batch.y, batch.device_sizes)
         return self._compiled("evaluate", batch, *args)(*args)
 
+    @scoped
     def evaluate(self, batch: Batch) -> StepStats:
         if not batch.labelled:
             raise MultidevError("evaluate needs labels: pass y to split_batch")
         loss_sum, correct, count = jax.device_get(self._evaluate(batch)[1:])
         return StepStats(float(loss_sum), int(correct), int(count))
 
+    @scoped
     def predict(self, batch: Batch) -> np.ndarray:
         logits = np.asarray(self._evaluate(batch)[0]).reshape(len(batch.sizes), batch.length, -1)
         return np.concatenate([logits[i, :n] for i, n in enumerate(batch.sizes)])
@@ -133,15 +154,18 @@ class JaxReplicas:
     def _variables(self) -> dict[str, Any]:
         return {"params": self._params, "batch_stats": self._stats}
 
+    @scoped
     def replica_states(self) -> list[State]:
         return [from_flax(self.spec, self._on(self._variables(), d)) for d in self._places]
 
+    @scoped
     def state(self) -> State:
         return from_flax(self.spec, self._on(self._variables(), self._places[0]))
 
+    @scoped
     def load_state(self, state: State) -> None:
         self.spec.check(state)
-        variables = to_flax(self.spec, state)
+        variables = to_flax(self.spec, state, self.dtype)
         self._params = jax.device_put(variables["params"], self._replicated)
         self._stats = jax.device_put(variables["batch_stats"], self._replicated)
         self._opt_state = jax.device_put(OPTIMIZER.init(variables["params"]), self._replicated)

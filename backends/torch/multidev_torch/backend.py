@@ -8,14 +8,14 @@ import torch
 
 from multidev.devices import Device
 from multidev.models import ModelSpec, State
-from multidev.protocol import check_batchnorm
+from multidev.protocol import check_batchnorm, check_dtype
 
 from .parallel import TorchReplicas
 
 
 class TorchBackend:
     name = "torch"
-    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm"})
+    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64"})
 
     def version(self) -> str:
         from importlib.metadata import version
@@ -28,6 +28,7 @@ class TorchBackend:
         return None  # CPU devices are replicas on the host: any number
 
     def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
-                  batchnorm: str = "local") -> TorchReplicas:
+                  batchnorm: str = "local", dtype: str = "float32") -> TorchReplicas:
         check_batchnorm(batchnorm)
-        return TorchReplicas(spec, state, devices, batchnorm)
+        check_dtype(dtype, self.capabilities)
+        return TorchReplicas(spec, state, devices, batchnorm, getattr(torch, dtype))

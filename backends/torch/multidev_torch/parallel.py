@@ -44,14 +44,16 @@ class Shard:
 class TorchReplicas:
     compile_seconds = 0.0
 
-    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str) -> None:
+    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str,
+                 dtype: torch.dtype = torch.float32) -> None:
+        self.dtype = dtype
         self.spec = spec
         self.devices = tuple(devices)
         self.sync = batchnorm == "sync"
         self._places = [torch_device(d) for d in self.devices]
         self._cuda = any(place.type == "cuda" for place in self._places)
         base = build(spec)
-        self.models = [copy.deepcopy(base).to(place) for place in self._places]
+        self.models = [copy.deepcopy(base).to(place, dtype) for place in self._places]
         self.load_state(state)
         self.optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in self.models]
         self._bns = [[m for m in model.modules() if isinstance(m, BatchNorm)] for model in self.models]
@@ -60,7 +62,7 @@ class TorchReplicas:
     def split_batch(self, x: np.ndarray, y: Optional[np.ndarray], sizes: Sequence[int]) -> list[Shard]:
         xs = split(x, sizes)
         ys = split(y, sizes) if y is not None else [None] * len(sizes)
-        return [Shard(torch.from_numpy(np.ascontiguousarray(xi)).to(place),
+        return [Shard(torch.from_numpy(np.ascontiguousarray(xi)).to(place, self.dtype),
                       None if yi is None else torch.from_numpy(np.ascontiguousarray(yi)).to(place))
                 for xi, yi, place in zip(xs, ys, self._places)]
 
@@ -222,4 +224,4 @@ class TorchReplicas:
     def load_state(self, state: State) -> None:
         self.spec.check(state)
         for model in self.models:
-            model.load_state_dict({k: torch.from_numpy(np.asarray(v, np.float32).copy()) for k, v in state.items()})
+            model.load_state_dict({k: torch.from_numpy(np.array(v)).to(self.dtype) for k, v in state.items()})
