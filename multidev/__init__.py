@@ -8,6 +8,7 @@ from .checkpoint import save as save_checkpoint
 from .compare import Outcome, RunSpec, compare
 from .devices import Device, resolve_devices
 from .errors import BackendNotInstalled, MultidevError
+from .interrupt import Interrupted
 from .models import MODELS, ModelSpec
 from .protocol import CAPABILITIES, Backend, Replicas, StepStats
 from .registry import installed as installed_backends
@@ -19,7 +20,7 @@ from .train import DEFAULTS, evaluate, train
 __version__ = "0.1.0"
 
 __all__ = [
-    "Backend", "BackendNotInstalled", "Outcome", "RunSpec", "compare", "CAPABILITIES", "DEFAULTS", "Device", "EpochRecord", "MODELS",
+    "Backend", "BackendNotInstalled", "Interrupted", "Outcome", "RunSpec", "compare", "CAPABILITIES", "DEFAULTS", "Device", "EpochRecord", "MODELS",
     "ModelSpec", "MultidevError", "Replicas", "Result", "StepStats", "evaluate", "installed_backends",
     "load_backend", "load_checkpoint", "resolve_devices", "save_checkpoint", "shard_bounds", "shard_sizes",
     "split", "train",

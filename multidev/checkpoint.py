@@ -9,8 +9,7 @@ the previous file intact because the new one is renamed into place.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,11 @@ from typing import Any
 import numpy as np
 
 from .errors import MultidevError
+from .files import atomic_write
 from .models import ModelSpec, State
 
-FORMAT = "multidev-checkpoint/1"
+VERSION = 2  # 2: may hold a mid-epoch position; 1 is read too
+FORMAT = f"multidev-checkpoint/{VERSION}"
 META = "__meta__"
 
 
@@ -31,20 +32,8 @@ def save(path: str | Path, spec: ModelSpec, state: State, **meta: Any) -> Path:
               "num_classes": spec.num_classes, **meta}
     arrays = {name: np.asarray(value) for name, value in state.items()}
     arrays[META] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
-    folder = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise MultidevError(f"cannot write checkpoint {path}: {exc.strerror}; choose a writable folder") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_write(path, what="checkpoint") as f:
+        np.savez(f, **arrays)
     return path
 
 
@@ -58,11 +47,16 @@ def load(path: str | Path) -> tuple[ModelSpec, State, dict[str, Any]]:
         raise MultidevError(f"checkpoint {path} does not exist: check the path given to --resume") from None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise MultidevError(f"checkpoint {path} is unreadable ({exc}): use another checkpoint") from None
-    if META not in arrays:
-        raise MultidevError(f"{path} is not a multidev checkpoint (no {META} entry)")
-    meta = json.loads(arrays.pop(META).tobytes().decode())
-    if meta.get("format") != FORMAT:
-        raise MultidevError(f"{path} has format {meta.get('format')!r}; this multidev reads {FORMAT}")
+    try:
+        meta = json.loads(arrays.pop(META).tobytes().decode())
+        match = re.fullmatch(r"multidev-checkpoint/(\d+)", str(meta.get("format")))
+    except (KeyError, ValueError, AttributeError):
+        match = None
+    if match is None:
+        raise MultidevError(f"{path} is not a multidev checkpoint: give --resume a file that --checkpoint wrote")
+    if int(match.group(1)) > VERSION:
+        raise MultidevError(f"{path} was written by a newer multidev (format {match.group(1)}; this one reads "
+                            f"{VERSION}): upgrade multidev to resume from it")
     spec = ModelSpec(meta["model"], tuple(meta["in_shape"]), int(meta["num_classes"]))
     state = {p.name: arrays[p.name] for p in spec.params() if p.name in arrays}
     spec.check(arrays)

@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 
 from .data import DATASETS
 from .errors import MultidevError
+from .interrupt import Interrupted
 from .models import MODELS
 from .protocol import BATCHNORM_MODES
 from .train import DEFAULTS
@@ -151,6 +152,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except MultidevError as exc:
         print(f"multidev: error: {exc}", file=sys.stderr)
         return 2
+    except Interrupted as stopped:  # the work is saved; say where and how to go on
+        print(f"multidev: {stopped}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
         print("multidev: interrupted", file=sys.stderr)
         return 130

@@ -97,6 +97,8 @@ def plot_throughput(outcomes: Sequence[Outcome], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .plot import save_figure
+
     done = [o for o in outcomes if o.result is not None]
     engines = list(dict.fromkeys(o.spec.backend for o in done))
     counts = sorted({o.spec.devices for o in done})
@@ -118,8 +120,10 @@ def plot_throughput(outcomes: Sequence[Outcome], path: Path) -> None:
         ax.set_title(f"{first.model} on {first.dataset}: throughput")
     ax.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
 
 
 def write_report(outcomes: Sequence[Outcome], out: Path) -> dict[str, Path]:

@@ -5,8 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .errors import MultidevError
+from .files import atomic_write
 from .result import Result
+
+
+def save_figure(fig, path: str | Path) -> None:
+    """A PNG written whole or not at all, like every other output."""
+    with atomic_write(path, what="plot") as f:
+        fig.savefig(f, format="png")
 
 
 def label(result: Result) -> str:
@@ -38,9 +44,7 @@ def plot_accuracy(results: Sequence[Result], path: str | Path, title: str | None
     ax.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
     try:
-        fig.savefig(path)
-    except OSError as exc:
-        raise MultidevError(f"cannot write plot {path}: {exc.strerror}; choose a writable path") from None
+        save_figure(fig, path)
     finally:
         plt.close(fig)
     return Path(path)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .errors import MultidevError
+from .files import atomic_write
 
 
 @dataclass
@@ -64,14 +62,8 @@ class Result:
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise MultidevError(f"cannot write {path}: {exc.strerror}; choose a writable path") from None
+    with atomic_write(path, "w") as f:
+        f.write(text)
 
 
 def save_json(result: Result, path: str | Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -13,6 +14,7 @@ from . import checkpoint as ckpt
 from .data import Dataset, batches, epoch_order, load_dataset, num_batches
 from .devices import DeviceSpec, resolve_devices
 from .errors import MultidevError
+from .interrupt import Interrupted, stop_at_step_boundary
 from .models import ModelSpec
 from .protocol import Replicas, check_batchnorm
 from .registry import load_backend
@@ -51,31 +53,67 @@ def evaluate(replicas: Replicas, x: np.ndarray, y: np.ndarray, batch_size: int,
     return loss / max(total, 1), correct / max(total, 1), total
 
 
+@dataclass
+class Position:
+    """Where an epoch stands after ``step`` steps: what a mid-epoch checkpoint must carry to resume exactly."""
+
+    epoch: int
+    step: int = 0
+    loss: float = 0.0
+    correct: int = 0
+    seen: int = 0
+    seconds: float = 0.0
+
+
 def train_epoch(replicas: Replicas, data: Dataset, *, epoch: int, seed: int, batch_size: int, lr: float,
-                weights: Optional[Sequence[float]] = None, progress: bool = False) -> tuple[float, float, float]:
-    """One pass over the training set; returns (mean loss, accuracy, seconds without compilation)."""
+                weights: Optional[Sequence[float]] = None, progress: bool = False,
+                start: Optional[Position] = None, stop: object = False) -> tuple[float, float, float]:
+    """One pass over the training set; returns (mean loss, accuracy, seconds without compilation).
+
+    ``start`` resumes mid-epoch; when ``stop`` turns true between two steps the
+    epoch ends early by raising :class:`_Stopped` with its position.
+    """
     k = len(replicas.devices)
+    at = start or Position(epoch)
     order = epoch_order(len(data.x_train), seed, epoch)
+    total_steps = num_batches(len(order), batch_size)
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=num_batches(len(order), batch_size), desc=f"epoch {epoch}", unit="batch", leave=False)
+        bar = tqdm(total=total_steps, initial=at.step, desc=f"epoch {epoch}", unit="batch", leave=False)
     compiled_before = replicas.compile_seconds
-    loss = correct = seen = 0
-    start = time.perf_counter()
-    for idx in batches(order, batch_size):
-        batch = replicas.split_batch(data.x_train[idx], data.y_train[idx], shard_sizes(len(idx), k, weights))
-        stats = replicas.train_step(batch, lr)
-        loss, correct, seen = loss + stats.loss_sum, correct + stats.correct, seen + stats.count
+    clock = time.perf_counter()
+
+    def seconds() -> float:
+        return at.seconds + time.perf_counter() - clock - (replicas.compile_seconds - compiled_before)
+
+    try:
+        for step, idx in enumerate(batches(order, batch_size), start=1):
+            if step <= at.step:
+                continue
+            batch = replicas.split_batch(data.x_train[idx], data.y_train[idx], shard_sizes(len(idx), k, weights))
+            stats = replicas.train_step(batch, lr)
+            if not math.isfinite(stats.loss_sum):
+                raise MultidevError(f"training diverged at epoch {epoch}, step {step} (the loss is "
+                                    f"{stats.loss_sum}): lower the learning rate; the checkpoint on disk, if "
+                                    f"any, is from before")
+            at = Position(epoch, step, at.loss + stats.loss_sum, at.correct + stats.correct, at.seen + stats.count,
+                          at.seconds)
+            if bar is not None:
+                bar.update()
+                bar.set_postfix(loss=f"{at.loss / at.seen:.3f}", refresh=False)
+            if stop and step < total_steps:
+                at.seconds = seconds()
+                raise _Stopped(at)
+    finally:
         if bar is not None:
-            bar.update()
-            bar.set_postfix(loss=f"{loss / seen:.3f}", refresh=False)
-    seconds = time.perf_counter() - start - (replicas.compile_seconds - compiled_before)
-    if bar is not None:
-        bar.close()
-    if not math.isfinite(loss):
-        raise MultidevError(f"training diverged in epoch {epoch} (loss is {loss}): lower the learning rate")
-    return loss / seen, correct / seen, seconds
+            bar.close()
+    return at.loss / at.seen, at.correct / at.seen, seconds()
+
+
+class _Stopped(Exception):
+    def __init__(self, position: Position) -> None:
+        self.position = position
 
 
 def train(backend: str = DEFAULTS["backend"], *, gpus: object = None, devices: DeviceSpec = None,
@@ -85,7 +123,12 @@ def train(backend: str = DEFAULTS["backend"], *, gpus: object = None, devices: D
           batchnorm: str = DEFAULTS["batchnorm"], shard_weights: Optional[Sequence[float]] = None,
           checkpoint: Optional[str | Path] = None, resume: Optional[str | Path] = None,
           progress: bool = False, on_epoch: Optional[Callable[[EpochRecord], None]] = None) -> Result:
-    """Train ``model`` on ``dataset`` with ``backend`` in data parallel over the devices asked for."""
+    """Train ``model`` on ``dataset`` with ``backend`` in data parallel over the devices asked for.
+
+    SIGINT or SIGTERM stops the run at the next step boundary: the work so far
+    goes to ``checkpoint`` (mid-epoch too: ``resume`` continues from that very
+    step) and :class:`multidev.Interrupted` is raised.
+    """
     check_settings(epochs=epochs, batch_size=batch_size, lr=lr, batchnorm=batchnorm)
     engine = load_backend(backend)
     chosen = resolve_devices(gpus=gpus, devices=devices, gpu_count=engine.gpu_count(),
@@ -94,7 +137,7 @@ def train(backend: str = DEFAULTS["backend"], *, gpus: object = None, devices: D
         shard_sizes(0, len(chosen), shard_weights)  # validates the weights up front
     data = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, data_dir)
     spec = ModelSpec(model, data.shape, data.num_classes)
-    state, history, first = spec.init(seed), [], 1
+    state, history, first, position = spec.init(seed), [], 1, None
     if resume is not None:
         saved_spec, state, meta = ckpt.load(resume)
         if saved_spec != spec:
@@ -102,22 +145,39 @@ def train(backend: str = DEFAULTS["backend"], *, gpus: object = None, devices: D
                                 f"this run trains {spec.name} on {dataset!s}: resume with the same settings")
         seed, first = int(meta["seed"]), int(meta["epoch"]) + 1
         history = [EpochRecord(**e) for e in meta.get("history", [])]
+        if meta.get("position"):
+            position = Position(**meta["position"])
+            first = position.epoch
         if first > epochs:
             raise MultidevError(f"nothing to train: {resume} is already at epoch {first - 1}; raise --epochs")
     replicas = engine.replicate(spec, state, chosen, batchnorm=batchnorm)
     result = Result(backend=engine.name, devices=[str(d) for d in chosen], model=model, dataset=data.name,
                     batch_size=batch_size, lr=float(lr), seed=seed, batchnorm=batchnorm,
                     test_total=len(data.x_test), epochs=history, version=engine.version())
-    for epoch in range(first, epochs + 1):
-        loss, train_acc, seconds = train_epoch(replicas, data, epoch=epoch, seed=seed, batch_size=batch_size,
-                                               lr=lr, weights=shard_weights, progress=progress)
-        _, test_acc, _ = evaluate(replicas, data.x_test, data.y_test, batch_size, shard_weights)
-        record = EpochRecord(epoch, loss, train_acc, test_acc, seconds, len(data.x_train) / max(seconds, 1e-9))
-        result.epochs.append(record)
-        if checkpoint is not None:
-            ckpt.save(checkpoint, spec, replicas.state(), epoch=epoch, seed=seed, backend=engine.name,
-                      history=[vars(e) for e in result.epochs])
-        if on_epoch is not None:
-            on_epoch(record)
+
+    def save(epoch: int, position: Optional[Position] = None) -> None:
+        ckpt.save(checkpoint, spec, replicas.state(), epoch=epoch, seed=seed, backend=engine.name,
+                  history=[vars(e) for e in result.epochs], position=vars(position) if position else None)
+
+    with stop_at_step_boundary() as stop:
+        for epoch in range(first, epochs + 1):
+            try:
+                loss, train_acc, seconds = train_epoch(
+                    replicas, data, epoch=epoch, seed=seed, batch_size=batch_size, lr=lr, weights=shard_weights,
+                    progress=progress, start=position if position and position.epoch == epoch else None, stop=stop)
+            except _Stopped as stopped:
+                if checkpoint is not None:
+                    save(epoch - 1, stopped.position)
+                raise Interrupted(epoch, stopped.position.step, None if checkpoint is None else str(checkpoint),
+                                  stop.signum) from None
+            _, test_acc, _ = evaluate(replicas, data.x_test, data.y_test, batch_size, shard_weights)
+            record = EpochRecord(epoch, loss, train_acc, test_acc, seconds, len(data.x_train) / max(seconds, 1e-9))
+            result.epochs.append(record)
+            if checkpoint is not None:
+                save(epoch)
+            if on_epoch is not None:
+                on_epoch(record)
+            if stop and epoch < epochs:
+                raise Interrupted(epoch + 1, 0, None if checkpoint is None else str(checkpoint), stop.signum)
     result.compile_seconds = replicas.compile_seconds
     return result

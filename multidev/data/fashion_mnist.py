@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Optional
 
 from ..errors import MultidevError
+from ..files import atomic_write
 from .idx import read_idx
 
 URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
@@ -37,18 +37,13 @@ def md5(path: Path) -> str:
 def _download(name: str, target: Path, url: str) -> None:
     """Fetch into a temporary file beside ``target`` and rename: never a half file in place."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{name}.")
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url + name, timeout=60) as response:
+        with atomic_write(target, what="data file") as out, urllib.request.urlopen(url + name, timeout=60) as response:
             while chunk := response.read(1 << 20):
                 out.write(chunk)
-        os.replace(tmp, target)
     except (urllib.error.URLError, OSError) as exc:
         raise MultidevError(f"cannot download {name} from {url} ({getattr(exc, 'reason', exc)}): "
                             f"put {', '.join(FILES)} into {target.parent} by hand") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def fetch(data_dir: Optional[str | Path] = None, *, download: bool = True, url: str = URL) -> dict[str, Path]:
