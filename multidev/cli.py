@@ -13,7 +13,7 @@ from .data import DATASETS
 from .errors import MultidevError
 from .interrupt import Interrupted
 from .models import MODELS
-from .protocol import BATCHNORM_MODES
+from .protocol import BATCHNORM_MODES, DTYPES
 from .train import DEFAULTS
 
 
@@ -55,12 +55,19 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--checkpoint", help="save the model here after every epoch (atomically)")
     t.add_argument("--resume", help="continue from this checkpoint")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
+    t.add_argument("--dtype", default="float32", choices=DTYPES,
+                   help="float64 (engines that claim it): the truth that float32 runs are measured against")
+    t.add_argument("--trace", help="folder to keep the parameters of the first steps and every epoch in")
 
     c = sub.add_parser("compare", help="the same job on several engines and device counts, side by side")
     c.add_argument("--backends", default="torch", help="comma-separated engines, e.g. torch,jax,mxnet")
     c.add_argument("--devices", default="1,2", help="comma-separated device counts, e.g. 1,2")
     c.add_argument("--out", required=True, help="folder for results.json, results.md and the plots")
     c.add_argument("--timeout", type=float, help="seconds after which a run counts as failed")
+    c.add_argument("--no-truth", action="store_true",
+                   help="skip the float64 run per device count that float32 runs are measured against")
+    c.add_argument("--float64", action="store_true",
+                   help="also run every other engine in float64, to tell a flipped ReLU from a different definition")
     for name in ("model", "dataset", "data_dir", "epochs", "batch_size", "lr", "seed", "batchnorm"):
         action = next(a for a in t._actions if a.dest == name)
         c.add_argument(*action.option_strings, default=action.default, type=action.type,
@@ -91,10 +98,12 @@ def _compare(args: argparse.Namespace) -> int:
     _writable(str(out / "results.json") if out.is_dir() else str(out), "--out")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     outcomes = compare(backends, _counts(args.devices, "--devices"), out=out, progress=True, timeout=args.timeout,
+                       truth=not args.no_truth, float64=args.float64,
                        model=args.model, dataset=args.dataset, data_dir=args.data_dir, epochs=args.epochs,
                        batch_size=args.batch_size, lr=args.lr, seed=args.seed, batchnorm=args.batchnorm)
     print((out / "results.md").read_text(), end="")
-    print(f"wrote {out}/results.json, results.md, accuracy.png, throughput.png")
+    plots = ", ".join(p.name for p in sorted(out.glob("*.png")))
+    print(f"wrote {out}/results.json, results.md, {plots}")
     return 0 if any(o.result for o in outcomes) else 1
 
 
@@ -113,7 +122,7 @@ def _train(args: argparse.Namespace) -> int:
     result = train(args.backend, gpus=args.gpus, devices=args.devices, model=args.model, dataset=args.dataset,
                    data_dir=args.data_dir, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                    seed=args.seed, batchnorm=args.batchnorm, checkpoint=args.checkpoint, resume=args.resume,
-                   progress=not args.no_progress, on_epoch=report)
+                   progress=not args.no_progress, on_epoch=report, dtype=args.dtype, trace=args.trace)
     if result.compile_seconds:
         print(f"compile: {result.compile_seconds:.1f} sec (once, not in the epoch times)")
     print(result.summary())

@@ -8,14 +8,17 @@ gets the same model, initial weights (seed), data order and split rule.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .divergence import Divergence, explain, measure, same_definition, verdict
 from .errors import MultidevError
+from .plot import plot_divergence
 from .result import Result, write_text_atomic
 from .train import DEFAULTS
 
@@ -33,13 +36,19 @@ class RunSpec:
     batchnorm: str = DEFAULTS["batchnorm"]
     data_dir: Optional[str] = None
     gpus: bool = False  # ask for GPUs (falling back to CPU devices) instead of CPU devices
+    dtype: str = "float32"
 
-    def argv(self, json_path: Path) -> list[str]:
+    @property
+    def label(self) -> str:
+        return f"{self.backend} x{self.devices}" + (f" {self.dtype}" if self.dtype != "float32" else "")
+
+    def argv(self, json_path: Path, trace: Optional[Path] = None) -> list[str]:
         where = "--gpus" if self.gpus else "--devices"
         args = ["train", "--backend", self.backend, where, str(self.devices), "--model", self.model,
                 "--dataset", self.dataset, "--epochs", str(self.epochs), "--batch-size", str(self.batch_size),
                 "--lr", repr(self.lr), "--seed", str(self.seed), "--batchnorm", self.batchnorm,
-                "--json", str(json_path), "--no-progress"]
+                "--dtype", self.dtype, "--json", str(json_path), "--no-progress"]
+        args += ["--trace", str(trace)] if trace is not None else []
         return args + (["--data-dir", self.data_dir] if self.data_dir else [])
 
 
@@ -49,18 +58,22 @@ class Outcome:
     result: Optional[Result] = None
     error: Optional[str] = None
     log: list[str] = field(default_factory=list)
+    #: distance from the float64 run of the same device count, per traced step, and what it means
+    divergence: Optional[Divergence] = None
+    verdict: Optional[str] = None
 
     def to_dict(self) -> dict:
         return {"settings": asdict(self.spec), "result": self.result.to_dict() if self.result else None,
-                "error": self.error}
+                "error": self.error, "divergence": self.divergence.to_dict() if self.divergence else None,
+                "verdict": self.verdict}
 
 
-def run_one(spec: RunSpec, timeout: Optional[float] = None) -> Outcome:
+def run_one(spec: RunSpec, timeout: Optional[float] = None, trace: Optional[Path] = None) -> Outcome:
     """Train in a fresh process; a failure becomes the outcome's error, never an exception."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "result.json"
         try:
-            proc = subprocess.run([sys.executable, "-m", "multidev", *spec.argv(path)], capture_output=True,
+            proc = subprocess.run([sys.executable, "-m", "multidev", *spec.argv(path, trace)], capture_output=True,
                                   text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return Outcome(spec, error=f"did not finish within {timeout:.0f} s")
@@ -76,18 +89,30 @@ def grid(backends: Sequence[str], device_counts: Sequence[int], **settings) -> l
     return [RunSpec(backend=b, devices=k, **settings) for b in backends for k in device_counts]
 
 
+def _distances(o: Outcome) -> str:
+    d = o.divergence
+    if o.spec.dtype == "float64" and d is None:
+        return "truth"
+    if d is None or not d.steps:
+        return ""
+    return " / ".join(f"{d.at(step):.1e}" for step in (d.steps[0], min(8, d.steps[-1]), d.steps[-1])
+                      if d.at(step) is not None)
+
+
 def markdown(outcomes: Sequence[Outcome]) -> str:
-    rows = ["| engine | devices | batch | lr | sec/epoch | samples/s | compile s | test acc |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| engine | devices | dtype | batch | lr | sec/epoch | samples/s | compile s | test acc | "
+            "vs float64: step 1 / 8 / last | difference |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for o in outcomes:
         s = o.spec
+        head = f"| {s.backend} | {s.devices} | {s.dtype} | {s.batch_size} | {s.lr} |"
         if o.result is None:
-            rows.append(f"| {s.backend} | {s.devices} | {s.batch_size} | {s.lr} | failed: {o.error} | | | |")
+            rows.append(f"{head} failed: {o.error} | | | | | |")
             continue
         r = o.result
         sps = sum(e.samples_per_sec for e in r.epochs) / len(r.epochs)
-        rows.append(f"| {s.backend} | {s.devices} | {s.batch_size} | {s.lr} | {r.sec_per_epoch:.2f} | "
-                    f"{sps:.0f} | {r.compile_seconds:.1f} | {r.test_acc:.3f} |")
+        rows.append(f"{head} {r.sec_per_epoch:.2f} | {sps:.0f} | {r.compile_seconds:.1f} | {r.test_acc:.3f} | "
+                    f"{_distances(o)} | {o.verdict or ''} |")
     return "\n".join(rows) + "\n"
 
 
@@ -132,7 +157,8 @@ def write_report(outcomes: Sequence[Outcome], out: Path) -> dict[str, Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": out / "results.json", "table": out / "results.md",
-             "accuracy": out / "accuracy.png", "throughput": out / "throughput.png"}
+             "accuracy": out / "accuracy.png", "throughput": out / "throughput.png",
+             "divergence": out / "divergence.png"}
     write_text_atomic(files["json"], json.dumps([o.to_dict() for o in outcomes], indent=2) + "\n")
     write_text_atomic(files["table"], markdown(outcomes))
     done = [o.result for o in outcomes if o.result is not None]
@@ -141,30 +167,87 @@ def write_report(outcomes: Sequence[Outcome], out: Path) -> dict[str, Path]:
         plot_throughput(outcomes, files["throughput"])
     else:
         del files["accuracy"], files["throughput"]
+    if any(o.divergence and o.divergence.steps for o in outcomes):
+        plot_divergence(outcomes, files["divergence"])
+    else:
+        del files["divergence"]
     return files
 
 
 def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2), *,
             out: Optional[str | Path] = None, runs: Optional[Sequence[RunSpec]] = None, progress: bool = False,
-            timeout: Optional[float] = None, **settings) -> list[Outcome]:
-    """Run every (engine, device count) combination, or the given ``runs``, each in its own process."""
+            timeout: Optional[float] = None, truth: bool = True, float64: bool = False,
+            **settings) -> list[Outcome]:
+    """Run every (engine, device count) combination, or the given ``runs``, each in its own process.
+
+    With ``truth`` each device count also runs once in float64, on the first
+    engine that can, and every float32 run's parameters are measured against
+    it over training (``multidev.divergence``): the first engine's float32
+    run gives the scale of rounding, and each other run is called 'rounding'
+    or 'more than rounding' against it. ReLU kinks make rounding jump now and
+    then, so ``float64`` also runs every other engine in float64: a float64 run
+    that stays on the truth shows that the engine defines everything the same.
+    """
     specs = list(runs) if runs is not None else grid(backends, devices, **settings)
     if not specs:
         raise MultidevError("nothing to compare: name at least one engine and one device count")
-    outcomes = []
     bar = None
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=len(specs), unit="run")
-    for spec in specs:
+
+    def run(spec: RunSpec, trace: Optional[Path]) -> Outcome:
         if bar is not None:
-            bar.set_description(f"{spec.backend} x{spec.devices}")
-        outcome = run_one(spec, timeout)
-        outcomes.append(outcome)
+            bar.set_description(spec.label)
+        outcome = run_one(spec, timeout, trace)
         if bar is not None:
             bar.update()
             line = outcome.log[-1] if outcome.result else f"failed: {outcome.error}"
-            bar.write(f"{spec.backend} on {spec.devices} device(s): {line}")
+            bar.write(f"{spec.label}: {line}")
+        return outcome
+
+    outcomes: list[Outcome] = []
+    with tempfile.TemporaryDirectory(prefix="multidev-compare-") as tmp:
+        truths: dict[int, tuple[Path, str]] = {}
+        if truth:
+            for k in dict.fromkeys(s.devices for s in specs if s.dtype == "float32"):
+                first = next(s for s in specs if s.devices == k)
+                for engine in dict.fromkeys(s.backend for s in specs):
+                    spec = replace(first, backend=engine, dtype="float64")
+                    if bar is not None:
+                        bar.total += 1
+                    folder = Path(tmp) / f"truth-{k}"
+                    outcome = run(spec, folder)
+                    if outcome.result is not None:
+                        outcomes.append(outcome)
+                        truths[k] = (folder, spec.label)
+                        break
+                    shutil.rmtree(folder, ignore_errors=True)
+        if float64:
+            specs += [replace(s, dtype="float64") for s in specs if s.dtype == "float32"
+                      and s.devices in truths and not truths[s.devices][1].startswith(f"{s.backend} ")]
+            if bar is not None:
+                bar.total = len(specs) + len(truths)
+        scales: dict[int, Divergence] = {}
+        for i, spec in enumerate(specs):
+            folder = Path(tmp) / f"run-{i}"
+            outcome = run(spec, folder if spec.devices in truths else None)
+            if outcome.result is not None and spec.devices in truths:
+                outcome.divergence = measure(truths[spec.devices][0], folder, truths[spec.devices][1])
+                if spec.dtype == "float64":
+                    outcome.verdict = same_definition(outcome.divergence)
+                else:
+                    scale = scales.setdefault(spec.devices, outcome.divergence)
+                    outcome.verdict = (f"rounding scale ({spec.backend} float32)" if scale is outcome.divergence
+                                       else verdict(outcome.divergence, scale))
+            shutil.rmtree(folder, ignore_errors=True)
+            outcomes.append(outcome)
+    for o in outcomes:  # a float32 run that left the rounding scale: does the same engine in float64 agree?
+        if o.spec.dtype == "float32" and o.verdict:
+            twin = next((t for t in outcomes if t.spec == replace(o.spec, dtype="float64")), None)
+            o.verdict = explain(o.verdict, None if twin is None else (twin.verdict or ""), o.spec.backend)
+    # An engine without float64 says so in its verdict; its failed float64 rows would only clutter the table.
+    outcomes = [o for o in outcomes if not (o.spec.dtype == "float64" and o.error and "float32 only" in o.error)]
     if bar is not None:
         bar.close()
     if out is not None:

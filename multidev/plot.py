@@ -48,3 +48,35 @@ def plot_accuracy(results: Sequence[Result], path: str | Path, title: str | None
     finally:
         plt.close(fig)
     return Path(path)
+
+
+def plot_divergence(outcomes, path: str | Path) -> Path:
+    """Each float32 run's distance from the float64 run over training steps, log-log: rounding lines lie together."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [o for o in outcomes if o.divergence is not None and o.divergence.steps]
+    engines = list(dict.fromkeys(o.spec.backend for o in runs))
+    counts = sorted({o.spec.devices for o in runs})
+    colors = plt.get_cmap("tab10").colors
+    styles = ["-", "--", ":", "-."]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    for o in runs:
+        d = o.divergence
+        ax.plot(d.steps, [max(v, 1e-17) for v in d.max], marker="o" if o.spec.dtype == "float32" else "x",
+                markersize=3, color=colors[engines.index(o.spec.backend) % len(colors)],
+                linestyle=styles[counts.index(o.spec.devices) % len(styles)], label=o.spec.label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("largest parameter difference\n(relative to each array's largest value)")
+    ax.set_title(f"distance from the float64 run ({runs[0].divergence.truth})")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
+    return Path(path)

@@ -16,7 +16,8 @@ from .devices import DeviceSpec, resolve_devices
 from .errors import MultidevError
 from .interrupt import Interrupted, stop_at_step_boundary
 from .models import ModelSpec
-from .protocol import Replicas, check_batchnorm
+from .divergence import Trace
+from .protocol import Replicas, check_batchnorm, check_dtype
 from .registry import load_backend
 from .result import EpochRecord, Result
 from .shard import shard_sizes
@@ -67,11 +68,13 @@ class Position:
 
 def train_epoch(replicas: Replicas, data: Dataset, *, epoch: int, seed: int, batch_size: int, lr: float,
                 weights: Optional[Sequence[float]] = None, progress: bool = False,
-                start: Optional[Position] = None, stop: object = False) -> tuple[float, float, float]:
+                start: Optional[Position] = None, stop: object = False,
+                on_step: Optional[Callable[[int, bool], None]] = None) -> tuple[float, float, float]:
     """One pass over the training set; returns (mean loss, accuracy, seconds without compilation).
 
     ``start`` resumes mid-epoch; when ``stop`` turns true between two steps the
     epoch ends early by raising :class:`_Stopped` with its position.
+    ``on_step(step, last_of_epoch)`` runs after every step.
     """
     k = len(replicas.devices)
     at = start or Position(epoch)
@@ -102,6 +105,8 @@ def train_epoch(replicas: Replicas, data: Dataset, *, epoch: int, seed: int, bat
             if bar is not None:
                 bar.update()
                 bar.set_postfix(loss=f"{at.loss / at.seen:.3f}", refresh=False)
+            if on_step is not None:
+                on_step(step, step == total_steps)
             if stop and step < total_steps:
                 at.seconds = seconds()
                 raise _Stopped(at)
@@ -122,12 +127,16 @@ def train(backend: str = DEFAULTS["backend"], *, gpus: object = None, devices: D
           batch_size: int = DEFAULTS["batch_size"], lr: float = DEFAULTS["lr"], seed: int = DEFAULTS["seed"],
           batchnorm: str = DEFAULTS["batchnorm"], shard_weights: Optional[Sequence[float]] = None,
           checkpoint: Optional[str | Path] = None, resume: Optional[str | Path] = None,
-          progress: bool = False, on_epoch: Optional[Callable[[EpochRecord], None]] = None) -> Result:
+          progress: bool = False, on_epoch: Optional[Callable[[EpochRecord], None]] = None,
+          dtype: str = "float32", trace: Optional[str | Path] = None) -> Result:
     """Train ``model`` on ``dataset`` with ``backend`` in data parallel over the devices asked for.
 
     SIGINT or SIGTERM stops the run at the next step boundary: the work so far
     goes to ``checkpoint`` (mid-epoch too: ``resume`` continues from that very
-    step) and :class:`multidev.Interrupted` is raised.
+    step) and :class:`multidev.Interrupted` is raised. ``dtype="float64"``
+    (engines that claim it) gives the truth float32 runs are measured against;
+    ``trace`` keeps the parameters of the first steps and of every epoch there
+    (``multidev.divergence``).
     """
     check_settings(epochs=epochs, batch_size=batch_size, lr=lr, batchnorm=batchnorm)
     engine = load_backend(backend)
@@ -150,7 +159,11 @@ def train(backend: str = DEFAULTS["backend"], *, gpus: object = None, devices: D
             first = position.epoch
         if first > epochs:
             raise MultidevError(f"nothing to train: {resume} is already at epoch {first - 1}; raise --epochs")
-    replicas = engine.replicate(spec, state, chosen, batchnorm=batchnorm)
+    check_dtype(dtype, engine.capabilities)
+    extra = {"dtype": dtype} if dtype != "float32" else {}  # engines without float64 need not know the word
+    replicas = engine.replicate(spec, state, chosen, batchnorm=batchnorm, **extra)
+    steps_per_epoch = num_batches(len(data.x_train), batch_size)
+    tracer = Trace(trace, spec) if trace is not None else None
     result = Result(backend=engine.name, devices=[str(d) for d in chosen], model=model, dataset=data.name,
                     batch_size=batch_size, lr=float(lr), seed=seed, batchnorm=batchnorm,
                     test_total=len(data.x_test), epochs=history, version=engine.version())
@@ -164,7 +177,9 @@ def train(backend: str = DEFAULTS["backend"], *, gpus: object = None, devices: D
             try:
                 loss, train_acc, seconds = train_epoch(
                     replicas, data, epoch=epoch, seed=seed, batch_size=batch_size, lr=lr, weights=shard_weights,
-                    progress=progress, start=position if position and position.epoch == epoch else None, stop=stop)
+                    progress=progress, start=position if position and position.epoch == epoch else None, stop=stop,
+                    on_step=None if tracer is None else
+                    lambda step, last, e=epoch: tracer((e - 1) * steps_per_epoch + step, last, replicas))
             except _Stopped as stopped:
                 if checkpoint is not None:
                     save(epoch - 1, stopped.position)

@@ -13,22 +13,46 @@ def test_compare_runs_every_combination_and_reports_failures(tmp_path):
                            "--batch-size", "64", "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     runs = json.loads((out / "results.json").read_text())
-    assert [(r["settings"]["backend"], r["settings"]["devices"]) for r in runs] == [
-        ("torch", 1), ("torch", 2), ("nosuchengine", 1), ("nosuchengine", 2)]
-    assert runs[1]["result"]["devices"] == ["cpu:0", "cpu:1"] and runs[1]["error"] is None
-    assert "unknown backend 'nosuchengine'" in runs[2]["error"] and runs[2]["result"] is None
+    assert [(r["settings"]["backend"], r["settings"]["devices"], r["settings"]["dtype"]) for r in runs] == [
+        ("torch", 1, "float64"), ("torch", 2, "float64"), ("torch", 1, "float32"), ("torch", 2, "float32"),
+        ("nosuchengine", 1, "float32"), ("nosuchengine", 2, "float32")]
+    assert runs[3]["result"]["devices"] == ["cpu:0", "cpu:1"] and runs[3]["error"] is None
+    assert "unknown backend 'nosuchengine'" in runs[4]["error"] and runs[4]["result"] is None
     table = (out / "results.md").read_text().splitlines()
-    assert table[0].startswith("| engine | devices |") and len(table) == 6
-    assert table[3].startswith("| torch | 2 | 64 |") and "failed: unknown backend" in table[4]
-    for png in ("accuracy.png", "throughput.png"):
+    assert table[0].startswith("| engine | devices | dtype |") and len(table) == 8
+    assert table[2].startswith("| torch | 1 | float64 | 64 |") and table[2].endswith("| truth |  |")
+    assert table[5].startswith("| torch | 2 | float32 | 64 |") and "failed: unknown backend" in table[6]
+    for png in ("accuracy.png", "throughput.png", "divergence.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     # Same seed, same data order, same split rule: one and two devices start from the same weights,
     # and LeNet has no BatchNorm, so the first epoch's loss agrees.
-    loss1, loss2 = (runs[i]["result"]["epochs"][0]["loss"] for i in (0, 1))
+    loss1, loss2 = (runs[i]["result"]["epochs"][0]["loss"] for i in (2, 3))
     assert abs(loss1 - loss2) <= 1e-4 * abs(loss1)
+    # Each float32 run is measured against the float64 run of its device count, at the first steps and
+    # every epoch: 8 steps an epoch here. float32 rounding alone: far below 1e-3, far above float64's.
+    for run in runs[2:4]:
+        divergence = run["divergence"]
+        assert divergence["truth"] == f"torch x{run['settings']['devices']} float64"
+        assert divergence["steps"] == [1, 2, 4, 8]
+        assert all(1e-12 < d < 1e-4 for d in divergence["max"]), divergence
+        assert run["verdict"] == "rounding scale (torch float32)"
+
+
+def test_divergence_tells_rounding_from_another_definition(tmp_path):
+    """A run with another learning rate is no rounding; the same job on two devices is."""
+    from multidev.compare import RunSpec
+
+    settings = dict(model="lenet", dataset="synthetic", epochs=1, batch_size=64)
+    outcomes = multidev.compare(runs=[RunSpec("torch", 1, lr=0.1, **settings), RunSpec("numpy", 1, lr=0.1, **settings),
+                                      RunSpec("torch", 1, lr=0.12, **settings)], truth=True, out=tmp_path)
+    truth, scale, same, other = outcomes
+    assert truth.spec.dtype == "float64" and scale.verdict.startswith("rounding scale")
+    assert same.verdict == "rounding", same.verdict
+    assert other.verdict.startswith("beyond rounding from step 1"), other.verdict
+    assert "| truth |" in (tmp_path / "results.md").read_text()
 
 
 def test_compare_from_python_returns_outcomes():
-    outcomes = multidev.compare(runs=[RunSpec("torch", 1, model="lenet", dataset="synthetic", epochs=1)])
-    assert len(outcomes) == 1 and outcomes[0].error is None
-    assert outcomes[0].result.test_total == 128
+    outcomes = multidev.compare(runs=[RunSpec("torch", 1, model="lenet", dataset="synthetic", epochs=1)], truth=False)
+    assert len(outcomes) == 1 and outcomes[0].error is None  # no float64 run asked for
+    assert outcomes[0].result.test_total == 128 and outcomes[0].divergence is None

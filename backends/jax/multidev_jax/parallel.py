@@ -16,7 +16,6 @@ from typing import Any, Hashable, Optional, Sequence
 
 import jax
 import numpy as np
-from jax.experimental import enable_x64
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -50,13 +49,21 @@ class Batch:
     labelled: bool
 
 
+def x64() -> Any:
+    """JAX's 64-bit mode for one block: ``jax.enable_x64`` in newer JAX, the experimental one before."""
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(True)
+    from jax.experimental import enable_x64
+    return enable_x64()
+
+
 def scoped(method):
     """Run a method with JAX's 64-bit mode as this replica set needs it (float64 runs only)."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         if self.dtype != np.float64:
             return method(self, *args, **kwargs)
-        with enable_x64():
+        with x64():
             return method(self, *args, **kwargs)
     return wrapper
 

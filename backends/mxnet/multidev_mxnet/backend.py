@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 
 from multidev.devices import Device
 from multidev.models import ModelSpec, State
-from multidev.protocol import check_batchnorm
+from multidev.protocol import check_batchnorm, check_dtype
 
 from .parallel import MXNetReplicas
 from .runtime import THREADS, mx
@@ -14,7 +14,7 @@ from .runtime import THREADS, mx
 
 class MXNetBackend:
     name = "mxnet"
-    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm"})
+    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64"})
 
     def version(self) -> str:
         from importlib.metadata import version
@@ -30,6 +30,7 @@ class MXNetBackend:
         return None  # MXNet's cpu(i) contexts: any number in one process
 
     def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
-                  batchnorm: str = "local") -> MXNetReplicas:
+                  batchnorm: str = "local", dtype: str = "float32") -> MXNetReplicas:
         check_batchnorm(batchnorm)
-        return MXNetReplicas(spec, state, devices, batchnorm)
+        check_dtype(dtype, self.capabilities)
+        return MXNetReplicas(spec, state, devices, batchnorm, dtype)

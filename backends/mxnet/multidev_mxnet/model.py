@@ -141,7 +141,7 @@ def hybridize(block: nn.Block, sync: bool) -> None:
         hybridize(child, sync)
 
 
-def trace(net: nn.Block, in_shape: tuple[int, ...], ctx: mx.Context, sync: bool) -> None:
+def trace(net: nn.Block, in_shape: tuple[int, ...], ctx: mx.Context, sync: bool, dtype="float32") -> None:
     """Build the compiled graphs with one call, before any threads use them.
 
     Gluon builds a hybridized block's graph on its first call, and that step is
@@ -150,7 +150,7 @@ def trace(net: nn.Block, in_shape: tuple[int, ...], ctx: mx.Context, sync: bool)
     exchange, so the exchange's own graphs are built too; its statistics are
     dropped, so the running statistics stay untouched.
     """
-    x = mx.nd.zeros((2, *in_shape), ctx=ctx)
+    x = mx.nd.zeros((2, *in_shape), ctx=ctx, dtype=dtype)
     if not sync:
         net(x).wait_to_read()
         return

@@ -52,7 +52,7 @@ def kvstore_type(contexts: Sequence[mx.Context]) -> str:
 class Shard:
     host: np.ndarray              # the rows the core's rule gave this device
     x: Optional[mx.nd.NDArray]    # on the device; None for an empty shard
-    y: Optional[mx.nd.NDArray]    # float32 labels, as Gluon's losses take them
+    y: Optional[mx.nd.NDArray]    # labels in the network's dtype, as Gluon's losses take them
 
     @property
     def size(self) -> int:
@@ -67,20 +67,28 @@ class ShardOutput:
 
 
 class MXNetReplicas:
-    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str) -> None:
+    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str,
+                 dtype: str = "float32") -> None:
+        self.dtype = np.dtype(dtype)
         self.spec = spec
         self.devices = tuple(devices)
         self.sync = batchnorm == "sync"
         self.contexts = [mx_context(d) for d in self.devices]
+        if self.dtype != np.float32 and self.sync and len(self.contexts) > 1:
+            # Measured: the threads of the statistics exchange never finish a float64 step (MXNet 1.9.1).
+            raise MultidevError("the mxnet engine runs float64 with local BatchNorm or on one device only: "
+                                "use batchnorm='local', or float32")
         self.net = build(spec, self.sync)
         try:
             self.net.initialize(mx.init.Zero(), ctx=self.contexts)  # values come from load_state
         except mx.base.MXNetError as exc:
             raise MultidevError(f"MXNet cannot use {', '.join(map(str, self.devices))}: "
                                 f"{str(exc).splitlines()[0]}; name other devices") from None
+        if self.dtype != np.float32:
+            self.net.cast(self.dtype.name)  # MXNet's CPU operators have float64 kernels (not its oneDNN ones)
         hybridize(self.net, self.sync)
         start = time.perf_counter()
-        trace(self.net, spec.in_shape, self.contexts[0], self.sync)
+        trace(self.net, spec.in_shape, self.contexts[0], self.sync, self.dtype)
         self.compile_seconds = time.perf_counter() - start
         self._params = canonical_params(self.net, spec)
         self._trainable = [self._params[name] for name in spec.trainable()]
@@ -97,8 +105,8 @@ class MXNetReplicas:
         xs = split(x, sizes)
         ys = split(y, sizes) if y is not None else [None] * len(sizes)
         return [Shard(xi,
-                      nd.array(xi, ctx=ctx, dtype=np.float32) if len(xi) else None,
-                      nd.array(yi, ctx=ctx, dtype=np.float32) if yi is not None and len(yi) else None)
+                      nd.array(xi, ctx=ctx, dtype=self.dtype) if len(xi) else None,
+                      nd.array(yi, ctx=ctx, dtype=self.dtype) if yi is not None and len(yi) else None)
                 for xi, yi, ctx in zip(xs, ys, self.contexts)]
 
     def shards(self, batch: list[Shard]) -> list[np.ndarray]:
@@ -216,7 +224,7 @@ class MXNetReplicas:
 
     def predict(self, batch: list[Shard]) -> np.ndarray:
         parts = [logits.asnumpy() for _, logits in self._eval_logits(batch)]
-        return np.concatenate(parts) if parts else np.zeros((0, self.spec.num_classes), np.float32)
+        return np.concatenate(parts) if parts else np.zeros((0, self.spec.num_classes), self.dtype)
 
     def replica_states(self) -> list[State]:
         return [{p.name: self._params[p.name].data(ctx).asnumpy() for p in self.spec.params()}
@@ -229,7 +237,7 @@ class MXNetReplicas:
     def load_state(self, state: State) -> None:
         self.spec.check(state)
         for name, param in self._params.items():
-            param.set_data(nd.array(np.asarray(state[name], np.float32), ctx=self.contexts[0]))
+            param.set_data(nd.array(np.asarray(state[name], self.dtype), ctx=self.contexts[0], dtype=self.dtype))
         # Fresh Trainers: a kvstore keeps its own copy of the weights, taken when it starts.
         self.trainer = self._trainer()
         self._reducer: Optional[gluon.Trainer] = None
