@@ -40,8 +40,11 @@ SAME_ENGINE_RTOL = 1e-4
 CROSS_ENGINE_RTOL = 1e-3
 #: A float32 gradient case is judged only when its float64 kink margin is this many times float32's reach on it.
 KINK_SAFETY = 50
-#: float64 engines against the float64 reference: summation order alone (measured ~1e-13).
-FLOAT64_RTOL = 1e-9
+#: float64 engines against the float64 reference: 1e-13 measured (torch, JAX, NumPy; MXNet's gradients too).
+#: After an MXNet step: 3e-9 in the weights and 2.4e-7 in the running statistics, because MXNet takes the
+#: SGD learning rate and BatchNorm's momentum as 32-bit floats (0.9 is 0.89999998). Far below what one
+#: flipped ReLU does to a float32 gradient (1e-1), or any mistake in aggregation (1e-2 and more).
+FLOAT64_RTOL = 1e-6
 
 
 class EngineFixtures:
@@ -177,6 +180,25 @@ class AggregationChecks(EngineFixtures):
     def test_float64_gradients_equal_float64_truth(self, engine, case):
         self.require(engine, "float64")
         self._check(engine, case, "float64", FLOAT64_RTOL)
+
+    @pytest.mark.parametrize("batchnorm", ["local", "sync"])
+    def test_float64_resnet_step_equals_float64_truth(self, engine, batchnorm):
+        """One SGD step of ResNet-18 on uneven shards: parameters and running statistics."""
+        self.require(engine, "float64")
+        if batchnorm == "sync":
+            self.require(engine, "sync_batchnorm")
+        k = 2 if 2 in self.multi(engine) else max(self.multi(engine))
+        x, y = batch(RESNET, 7, seed=22)
+        sizes = shard_sizes(7, k)
+        want = reference.sgd_step(RESNET, RESNET.init(0), x, y, 0.1, sizes, batchnorm)
+        try:
+            reps = self.make(engine, RESNET, k, batchnorm=batchnorm, dtype="float64")
+        except MultidevError as exc:
+            pytest.skip(f"{engine.name} declines float64 here: {exc}")
+        reps.train_step(reps.split_batch(x, y, sizes), lr=0.1)
+        assert_states_close(reps.state(), want, rtol=FLOAT64_RTOL,
+                            promise=f"aggregation: one float64 ResNet-18 step ({batchnorm} BatchNorm) on {k} devices, "
+                                    f"cut {sizes}, is not the float64 truth")
 
     def test_update_equals_float64_truth(self, engine):
         spec, state, x, y, _ = self.case("lenet-11")
@@ -356,7 +378,12 @@ class AccuracyChecks(EngineFixtures):
 
 
 class ParityChecks(EngineFixtures):
-    """Across engines: the same weights and batch give the same logits, loss, gradients and update."""
+    """Across engines: the same weights and batch give the same logits and loss.
+
+    Logits and loss are continuous in every input, so float32 engines agree to
+    1e-3. Gradients and steps are not (ReLU kinks): each engine's are held to
+    the float64 truth instead (AggregationChecks), which makes them agree too.
+    """
 
     def others(self, engine: Backend) -> list[Backend]:
         names = [n for n in installed() if n != engine.name]
@@ -365,42 +392,21 @@ class ParityChecks(EngineFixtures):
         return [load_backend(n) for n in names]
 
     @pytest.mark.parametrize("spec", [LENET, RESNET], ids=["lenet", "resnet18"])
-    def test_same_logits_loss_and_gradients_as_every_engine(self, engine, spec):
+    def test_same_logits_and_loss_as_every_engine(self, engine, spec):
         x, y = batch(spec, 6, seed=21)
 
         def run(e: Backend):
             reps = self.make(e, spec, 1)
             logits = reps.predict(reps.split_batch(x, None, [6]))
-            loss = reps.evaluate(reps.split_batch(x, y, [6])).loss_sum
-            return logits, loss, reps.gradients(reps.split_batch(x, y, [6]))
+            return logits, reps.evaluate(reps.split_batch(x, y, [6])).loss_sum
 
-        logits, loss, grads = run(engine)
+        logits, loss = run(engine)
         for other in self.others(engine):
-            o_logits, o_loss, o_grads = run(other)
+            o_logits, o_loss = run(other)
             err = max_rel_error(logits, o_logits)
             assert err <= CROSS_ENGINE_RTOL, f"parity: {spec.name} logits of {engine.name} and {other.name} differ by {err:.1e}"
             assert abs(loss - o_loss) <= CROSS_ENGINE_RTOL * abs(o_loss), (
                 f"parity: {spec.name} loss of {engine.name} ({loss:.6f}) and {other.name} ({o_loss:.6f}) differ")
-            assert_states_close(grads, o_grads, rtol=CROSS_ENGINE_RTOL,
-                                promise=f"parity: {spec.name} gradients of {engine.name} and {other.name}")
-
-    def test_same_step_with_sync_batchnorm_as_every_engine(self, engine):
-        self.require(engine, "sync_batchnorm")
-        k = 2 if 2 in self.multi(engine) else max(self.multi(engine))
-        x, y = batch(RESNET, 7, seed=22)
-
-        def step(e: Backend):
-            reps = self.make(e, RESNET, k, batchnorm="sync")
-            reps.train_step(reps.split_batch(x, y, shard_sizes(7, k)), lr=0.1)
-            return reps.state()
-
-        mine = step(engine)
-        for other in self.others(engine):
-            if not {"sync_batchnorm", "virtual_cpu"} <= other.capabilities:
-                continue
-            assert_states_close(mine, step(other), rtol=CROSS_ENGINE_RTOL,
-                                promise=f"parity: ResNet-18 after one sync-BatchNorm step on {k} devices, "
-                                        f"{engine.name} against {other.name}")
 
 
 class Conformance(SplitChecks, ReplicateChecks, AggregationChecks, BatchNormChecks, EvaluationChecks,

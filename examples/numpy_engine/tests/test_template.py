@@ -39,12 +39,18 @@ def test_gradients_agree_with_every_other_engine(model, shape):
     x = rng.normal(0, 1, (5, *shape)).astype(np.float32)
     y = rng.integers(0, 10, 5)
 
+    # ResNet-18's float32 gradients jump where rounding flips a ReLU (docs/contract.md): compare it in float64.
+    dtype = "float64" if model == "resnet18" else "float32"
+
     def gradients(name):
-        reps = multidev.load_backend(name).replicate(spec, spec.init(1), multidev.resolve_devices(devices=1))
+        reps = multidev.load_backend(name).replicate(spec, spec.init(1), multidev.resolve_devices(devices=1),
+                                                     **({"dtype": dtype} if dtype != "float32" else {}))
         return reps.gradients(reps.split_batch(x, y, [len(x)]))
 
     want = gradients("numpy")
     for name in others:
+        if dtype not in ("float32", *multidev.load_backend(name).capabilities):
+            continue
         got = gradients(name)
         for param, value in want.items():
             err = np.max(np.abs(got[param] - value)) / max(np.max(np.abs(value)), 1e-12)
