@@ -50,6 +50,43 @@ def test_resume_past_the_end_is_a_clear_error(tmp_path):
     assert proc.returncode == 2 and "raise --epochs" in proc.stderr
 
 
+#: Mistakes the core catches before any engine runs: one line on stderr, exit code 2, no traceback.
+BAD = {
+    "zero devices": ["--devices", "0"],
+    "negative devices": ["--devices", "-2"],
+    "zero batch size": ["--batch-size", "0"],
+    "negative learning rate": ["--lr", "-0.1"],
+    "nan learning rate": ["--lr", "nan"],
+    "unknown model": ["--model", "vgg"],
+    "unknown data set": ["--dataset", "cifar"],
+    "unwritable output": ["--json", "/nonexistent-folder/out.json"],
+    "bad device name": ["--devices", "tpu:0"],
+    "float64 on an engine without it": ["--dtype", "float64", "--backend", "mxnet", "--batchnorm", "sync",
+                                        "--devices", "2"],
+}
+
+
+def assert_clear_error(proc, what):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, f"{what} exits {proc.returncode}, not 2; stderr: {proc.stderr[-300:]}"
+    assert "Traceback" not in proc.stderr, f"{what} prints a traceback"
+    assert len(lines) == 1 and lines[0].startswith("multidev: error: "), f"{what}: {lines}"
+
+
+@pytest.mark.parametrize("what", sorted(BAD))
+def test_bad_input_is_one_clear_line(what):
+    assert_clear_error(run("train", "--epochs", "1", "--no-progress", *BAD[what]), what)
+
+
+def test_corrupt_data_file(tmp_path):
+    from multidev.data.fashion_mnist import FILES
+    for name in FILES:
+        (tmp_path / name).write_bytes(b"not an idx file")
+    proc = run("train", "--dataset", "fashion-mnist", "--data-dir", str(tmp_path), "--no-progress")
+    assert_clear_error(proc, "a corrupt data file")
+    assert "MD5" in proc.stderr and str(tmp_path) in proc.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["--backend", "nope"], "unknown backend 'nope'"),
     (["--epochs", "0"], "epochs must be"),

@@ -6,10 +6,10 @@ uses are public, so an engine's own tests can reuse them.
 
 from ._helpers import LENET, RESNET, assert_states_close, assert_states_equal, batch, max_rel_error
 from .kit import (ACCURACY_FLOOR, CROSS_ENGINE_RTOL, AccuracyChecks, SAME_ENGINE_RTOL, AggregationChecks, BatchNormChecks, CheckpointChecks,
-                  Conformance, EngineFixtures, ErrorChecks, EvaluationChecks, ParityChecks, ReplicateChecks,
+                  Conformance, EngineFixtures, EvaluationChecks, ParityChecks, ReplicateChecks,
                   SplitChecks)
 
 __all__ = ["ACCURACY_FLOOR", "AccuracyChecks", "AggregationChecks", "BatchNormChecks", "CROSS_ENGINE_RTOL", "CheckpointChecks", "Conformance",
-           "EngineFixtures", "ErrorChecks", "EvaluationChecks", "LENET", "ParityChecks", "RESNET",
+           "EngineFixtures", "EvaluationChecks", "LENET", "ParityChecks", "RESNET",
            "ReplicateChecks", "SAME_ENGINE_RTOL", "SplitChecks", "assert_states_close", "assert_states_equal",
            "batch", "max_rel_error"]
