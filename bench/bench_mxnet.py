@@ -28,7 +28,9 @@ from multidev.devices import resolve_devices
 from multidev.models import ModelSpec
 
 ENGINE = multidev.load_backend("mxnet")  # imports MXNet with the engine's thread setting, for both sides
-from multidev_mxnet.runtime import mx  # noqa: E402
+from multidev_mxnet.runtime import mxnet  # noqa: E402
+
+mx = mxnet()
 
 nn, gluon, autograd, nd = mx.gluon.nn, mx.gluon, mx.autograd, mx.nd
 

@@ -1,8 +1,7 @@
 """The MXNet Gluon engine of multidev, registered under ``multidev.backends`` as ``mxnet``.
 
-Importing this package imports MXNet (through :mod:`.runtime`, which first
-fixes the CPU thread count and numpy 1.26 compatibility); ``import multidev``
-alone never does.
+Importing this package changes nothing in the process and does not load MXNet:
+the engine loads it on first use (see :mod:`.runtime`).
 """
 
 from .backend import MXNetBackend

@@ -8,8 +8,7 @@ from multidev.devices import Device
 from multidev.models import ModelSpec, State
 from multidev.protocol import check_batchnorm, check_dtype
 
-from .parallel import MXNetReplicas
-from .runtime import THREADS, mx
+from .runtime import mxnet, threads_note
 
 
 class MXNetBackend:
@@ -18,9 +17,11 @@ class MXNetBackend:
 
     def version(self) -> str:
         from importlib.metadata import version
-        return f"multidev-mxnet {version('multidev-mxnet')}, mxnet {mx.__version__}, {THREADS}"
+        mx = mxnet()
+        return f"multidev-mxnet {version('multidev-mxnet')}, mxnet {mx.__version__}, {threads_note()}"
 
     def gpu_count(self) -> int:
+        mx = mxnet()
         try:
             return int(mx.context.num_gpus())
         except mx.base.MXNetError:  # a build without CUDA, or no driver
@@ -30,7 +31,8 @@ class MXNetBackend:
         return None  # MXNet's cpu(i) contexts: any number in one process
 
     def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
-                  batchnorm: str = "local", dtype: str = "float32") -> MXNetReplicas:
+                  batchnorm: str = "local", dtype: str = "float32") -> "MXNetReplicas":
         check_batchnorm(batchnorm)
         check_dtype(dtype, self.capabilities)
+        from .parallel import MXNetReplicas  # loads MXNet on first use (see runtime.py)
         return MXNetReplicas(spec, state, devices, batchnorm, dtype)

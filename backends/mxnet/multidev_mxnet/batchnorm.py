@@ -28,7 +28,9 @@ import numpy as np
 
 from multidev.models import BN_EPS, BN_MOMENTUM
 
-from .runtime import mx
+from .runtime import mxnet
+
+mx = mxnet()
 
 nd, autograd, nn = mx.nd, mx.autograd, mx.gluon.nn
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 from multidev.models import ModelSpec, lenet_flat_features, resnet18_blocks
 
 from .batchnorm import BatchNorm, StatsExchange
-from .runtime import mx
+from .runtime import mxnet
+
+mx = mxnet()
 
 nn = mx.gluon.nn
 

@@ -34,7 +34,9 @@ from multidev.shard import split
 
 from .batchnorm import StatsExchange
 from .model import batchnorms, build, canonical_params, hybridize, trace
-from .runtime import mx
+from .runtime import mxnet
+
+mx = mxnet()
 
 nd, autograd, gluon = mx.nd, mx.autograd, mx.gluon
 
