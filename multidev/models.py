@@ -19,7 +19,7 @@ import numpy as np
 from .errors import MultidevError
 
 MODELS = ("resnet18", "lenet")
-State = dict  # name -> numpy array, in spec order
+State = dict[str, np.ndarray]  # canonical name -> array, in spec order
 
 # BatchNorm conventions every engine follows (docs/contract.md).
 BN_EPS = 1e-5

@@ -4,12 +4,13 @@ Besides the check classes, the small models, batches and comparisons the kit
 uses are public, so an engine's own tests can reuse them.
 """
 
-from ._helpers import LENET, RESNET, assert_states_close, assert_states_equal, batch, max_rel_error
-from .kit import (ACCURACY_FLOOR, CROSS_ENGINE_RTOL, AccuracyChecks, SAME_ENGINE_RTOL, AggregationChecks, BatchNormChecks, CheckpointChecks,
-                  Conformance, EngineFixtures, EvaluationChecks, ParityChecks, ReplicateChecks,
-                  SplitChecks)
+from ._helpers import (LENET, RESNET, assert_states_close, assert_states_equal, batch, conv2d_nchw, kink_margin,
+                       max_rel_error)
+from .kit import (ACCURACY_FLOOR, CROSS_ENGINE_RTOL, FLOAT64_RTOL, KINK_SAFETY, SAME_ENGINE_RTOL, AccuracyChecks,
+                  AggregationChecks, BatchNormChecks, CheckpointChecks, Conformance, EngineFixtures, EvaluationChecks,
+                  ParityChecks, ReplicateChecks, SplitChecks)
 
-__all__ = ["ACCURACY_FLOOR", "AccuracyChecks", "AggregationChecks", "BatchNormChecks", "CROSS_ENGINE_RTOL", "CheckpointChecks", "Conformance",
-           "EngineFixtures", "EvaluationChecks", "LENET", "ParityChecks", "RESNET",
-           "ReplicateChecks", "SAME_ENGINE_RTOL", "SplitChecks", "assert_states_close", "assert_states_equal",
-           "batch", "max_rel_error"]
+__all__ = ["ACCURACY_FLOOR", "AccuracyChecks", "AggregationChecks", "BatchNormChecks", "CROSS_ENGINE_RTOL",
+           "CheckpointChecks", "Conformance", "EngineFixtures", "EvaluationChecks", "FLOAT64_RTOL", "KINK_SAFETY",
+           "LENET", "ParityChecks", "RESNET", "ReplicateChecks", "SAME_ENGINE_RTOL", "SplitChecks",
+           "assert_states_close", "assert_states_equal", "batch", "conv2d_nchw", "kink_margin", "max_rel_error"]

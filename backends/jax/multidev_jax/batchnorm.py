@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from multidev.models import BN_EPS, BN_MOMENTUM
+from multidev.engine import BN_EPS, BN_MOMENTUM
 
 
 def masked_moments(x: jax.Array, mask: jax.Array, axis: str, sync: bool) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -18,8 +18,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from multidev.devices import Device
-from multidev.errors import MultidevError
+from multidev.engine import Device, MultidevError
 
 ENV = "MULTIDEV_JAX_CPU_DEVICES"
 DEFAULT_CPU_DEVICES = 8

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 from flax.traverse_util import flatten_dict, unflatten_dict
 
-from multidev.models import ModelSpec, Param, State
+from multidev.engine import ModelSpec, Param, State
 
 Variables = dict[str, Any]  # {"params": nested dict, "batch_stats": nested dict}
 

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from multidev.models import Block, ModelSpec, resnet18_blocks
+from multidev.engine import Block, ModelSpec, resnet18_blocks
 
 from .batchnorm import BatchNorm
 from .conv import conv_general_dilated

@@ -19,11 +19,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from multidev.devices import Device
-from multidev.errors import MultidevError
-from multidev.models import ModelSpec, State
-from multidev.protocol import StepStats
-from multidev.shard import shard_bounds
+from multidev.engine import Device, ModelSpec, MultidevError, State, StepStats, shard_bounds
 
 from .compiled import Compiler
 from .devices import AXIS, jax_devices, mesh

@@ -22,7 +22,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from multidev.models import ModelSpec
+from multidev.engine import ModelSpec
 
 from .devices import AXIS
 from .model import build

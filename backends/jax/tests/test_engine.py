@@ -13,8 +13,7 @@ import pytest
 from multidev import Device, ModelSpec, MultidevError, load_backend, resolve_devices, shard_sizes
 from multidev.models import BN_MOMENTUM
 from multidev.shard import shard_bounds
-from multidev.testing import SAME_ENGINE_RTOL
-from multidev.testing._helpers import RESNET, assert_states_close, batch, conv2d_nchw
+from multidev.testing import RESNET, SAME_ENGINE_RTOL, assert_states_close, batch, conv2d_nchw
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from multidev.devices import Device
-from multidev.models import ModelSpec, State
-from multidev.protocol import check_batchnorm, check_dtype
+from multidev.engine import Device, ModelSpec, State, check_batchnorm, check_dtype
 
 from .runtime import mxnet, threads_note
 

@@ -26,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-from multidev.models import BN_EPS, BN_MOMENTUM
+from multidev.engine import BN_EPS, BN_MOMENTUM
 
 from .runtime import mxnet
 

@@ -9,7 +9,7 @@ order), so loading a state is a copy with no transposes.
 
 from __future__ import annotations
 
-from multidev.models import ModelSpec, lenet_flat_features, resnet18_blocks
+from multidev.engine import ModelSpec, lenet_flat_features, resnet18_blocks
 
 from .batchnorm import BatchNorm, StatsExchange
 from .runtime import mxnet

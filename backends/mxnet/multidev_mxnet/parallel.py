@@ -26,11 +26,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from multidev.devices import Device
-from multidev.errors import MultidevError
-from multidev.models import ModelSpec, State
-from multidev.protocol import StepStats
-from multidev.shard import split
+from multidev.engine import Device, ModelSpec, MultidevError, State, StepStats, split
 
 from .batchnorm import StatsExchange
 from .model import batchnorms, build, canonical_params, hybridize, trace

@@ -18,8 +18,8 @@ import pytest
 from multidev import load_backend, shard_sizes
 from multidev.devices import resolve_devices
 from multidev.models import BN_EPS, BN_MOMENTUM
-from multidev.testing import ACCURACY_FLOOR, SAME_ENGINE_RTOL
-from multidev.testing._helpers import LENET, RESNET, assert_states_close, assert_states_equal, batch
+from multidev.testing import (ACCURACY_FLOOR, LENET, RESNET, SAME_ENGINE_RTOL, assert_states_close,
+                              assert_states_equal, batch)
 
 TIME_LIMIT = 180  # seconds; a healthy run takes a few
 
@@ -82,7 +82,7 @@ def test_sync_batchnorm_does_not_hang():
     proc = run_python("""
         import multidev
         from multidev.devices import resolve_devices
-        from multidev.testing._helpers import RESNET, batch
+        from multidev.testing import RESNET, batch
         engine = multidev.load_backend("mxnet")
         # uneven shards, then a batch smaller than the device count (two of three contexts busy)
         for k, size in [(2, 9), (3, 2)]:

@@ -6,9 +6,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from multidev.devices import Device
-from multidev.models import ModelSpec, State
-from multidev.protocol import check_batchnorm, check_dtype
+from multidev.engine import Device, ModelSpec, State, check_batchnorm, check_dtype
 
 from .parallel import TorchReplicas
 

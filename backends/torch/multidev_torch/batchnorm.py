@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from multidev.models import BN_EPS, BN_MOMENTUM
+from multidev.engine import BN_EPS, BN_MOMENTUM
 
 
 class StatsExchange:

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from multidev.models import ModelSpec, lenet_flat_features, resnet18_blocks
+from multidev.engine import ModelSpec, lenet_flat_features, resnet18_blocks
 
 from .batchnorm import BatchNorm
 

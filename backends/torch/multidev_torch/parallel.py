@@ -18,10 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from multidev.devices import Device
-from multidev.models import ModelSpec, State
-from multidev.protocol import StepStats
-from multidev.shard import split
+from multidev.engine import Device, ModelSpec, State, StepStats, split
 
 from .batchnorm import BatchNorm, StatsExchange
 from .model import build

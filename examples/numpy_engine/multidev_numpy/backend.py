@@ -7,10 +7,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from multidev.devices import Device
-from multidev.errors import MultidevError
-from multidev.models import ModelSpec, State
-from multidev.protocol import check_batchnorm, check_dtype
+from multidev.engine import Device, ModelSpec, MultidevError, State, check_batchnorm, check_dtype
 
 from .parallel import NumpyReplicas
 

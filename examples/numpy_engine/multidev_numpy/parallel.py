@@ -13,11 +13,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from multidev.devices import Device
-from multidev.models import ModelSpec, State
-from multidev.protocol import StepStats
+from multidev.engine import Device, ModelSpec, State, StepStats, split
 from multidev.reference import Run, backward, build, layers
-from multidev.shard import split
 
 
 @dataclass

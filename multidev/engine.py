@@ -1,0 +1,20 @@
+"""Everything an engine needs from the core, in one place: engines import from here alone.
+
+The protocols an engine implements, the types it is handed, the contract's
+constants and the shared rules it may call. Anything else in ``multidev`` is
+the core's own business and may change without notice to engine authors.
+"""
+
+from __future__ import annotations
+
+from .devices import Device
+from .errors import MultidevError
+from .models import BN_EPS, BN_MOMENTUM, Block, ModelSpec, Param, State, lenet_flat_features, resnet18_blocks
+from .protocol import CAPABILITIES, DTYPES, Backend, Replicas, StepStats, check_batchnorm, check_dtype
+from .shard import shard_bounds, shard_sizes, split
+
+__all__ = [
+    "BN_EPS", "BN_MOMENTUM", "Backend", "Block", "CAPABILITIES", "DTYPES", "Device", "ModelSpec", "MultidevError",
+    "Param", "Replicas", "State", "StepStats", "check_batchnorm", "check_dtype", "lenet_flat_features",
+    "resnet18_blocks", "shard_bounds", "shard_sizes", "split",
+]
