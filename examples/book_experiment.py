@@ -33,12 +33,14 @@ def main() -> None:
     parser.add_argument("--data-dir")
     parser.add_argument("--gpus", action="store_true", help="ask for GPUs (falls back to CPU devices)")
     parser.add_argument("--out", default="book-experiment")
+    parser.add_argument("--truth", action="store_true",
+                        help="also run each setting in float64 and measure how far the float32 runs part from it")
     args = parser.parse_args()
     dataset = dataset_available(args.data_dir)
     runs = [RunSpec(backend, devices, model="resnet18", dataset=dataset, epochs=args.epochs, batch_size=batch,
                     lr=lr, data_dir=args.data_dir, gpus=args.gpus)
             for backend in args.backends.split(",") for devices, batch, lr in ((1, 256, 0.1), (2, 512, 0.2))]
-    outcomes = multidev.compare(runs=runs, progress=True)
+    outcomes = multidev.compare(runs=runs, progress=True, truth=args.truth)
     files = write_report(outcomes, Path(args.out))
     print(files["table"].read_text())
     print("wrote", ", ".join(str(p) for p in files.values()))
