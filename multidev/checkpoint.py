@@ -1,4 +1,4 @@
-"""One framework-neutral checkpoint format, written atomically (SPEC §7).
+"""One framework-neutral checkpoint format, written atomically (contract: Checkpoints and interruption).
 
 A checkpoint is a NumPy ``.npz`` archive: every canonical array under its
 canonical name, plus ``__meta__``, a JSON document (model, input shape,

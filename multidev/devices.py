@@ -1,4 +1,4 @@
-"""Device names shared by every engine (SPEC §1).
+"""Device names shared by every engine (contract: Devices).
 
 A device is ``kind:index``. ``gpus=k`` asks for accelerators and falls back to
 k virtual CPU devices with one warning; ``devices=k`` or a list names them.

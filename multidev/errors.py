@@ -1,4 +1,4 @@
-"""User-facing errors: one line that says what is wrong and what to do (SPEC §8)."""
+"""User-facing errors: one line that says what is wrong and what to do (contract: Errors)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Canonical model layouts and initial weights (SPEC §3, §7).
+"""Canonical model layouts and initial weights (contract: Model and initial weights, §7).
 
 The core owns the parameter names, shapes and tensor layout, and draws the
 initial values with numpy from one seed. Engines build their own networks

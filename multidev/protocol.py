@@ -22,7 +22,7 @@ from .models import ModelSpec, State
 #: Capabilities an engine may claim; the conformance kit skips what is not claimed.
 CAPABILITIES = frozenset({
     "gpu",              # can place replicas on CUDA GPUs
-    "virtual_cpu",      # k > 1 CPU devices in one process (SPEC §1)
+    "virtual_cpu",      # k > 1 CPU devices in one process (contract: Devices)
     "sync_batchnorm",   # batchnorm="sync": whole-minibatch statistics
     "multi_process",    # one process per device
     "float64",          # dtype="float64": the float64 runs that float32 answers are judged against

@@ -1,4 +1,4 @@
-"""The split rule (SPEC §2): one function that every engine uses."""
+"""The split rule (contract: Split): one function that every engine uses."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ def evaluate(replicas: Replicas, x: np.ndarray, y: np.ndarray, batch_size: int,
     for idx in batches(np.arange(len(x)), batch_size):
         stats = replicas.evaluate(replicas.split_batch(x[idx], y[idx], shard_sizes(len(idx), k, weights)))
         loss, correct, total = loss + stats.loss_sum, correct + stats.correct, total + stats.count
-    if total != len(x):  # SPEC §6: an engine that drops or repeats samples is broken, not the user
+    if total != len(x):  # contract: Evaluation: an engine that drops or repeats samples is broken, not the user
         raise RuntimeError(f"evaluation counted {total} samples, the set has {len(x)}")
     return loss / max(total, 1), correct / max(total, 1), total
 

@@ -1,4 +1,4 @@
-"""Seeded shuffling and batching, independent of any engine (SPEC §2)."""
+"""Seeded shuffling and batching, independent of any engine (contract: Split)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The conformance kit: SPEC's promises as abstract pytest classes.
+"""The conformance kit: docs/contract.md's promises as abstract pytest classes.
 
 An engine opts in from its own tests::
 
@@ -78,7 +78,7 @@ class EngineFixtures:
 
 
 class SplitChecks(EngineFixtures):
-    """SPEC §2: contiguous shards, numpy.array_split sizes, nothing dropped or repeated."""
+    """contract: Split: contiguous shards, numpy.array_split sizes, nothing dropped or repeated."""
 
     def test_split_follows_core_rule(self, engine):
         for k in self.counts(engine):
@@ -99,7 +99,7 @@ class SplitChecks(EngineFixtures):
 
 
 class ReplicateChecks(EngineFixtures):
-    """SPEC §3: identical parameters and running statistics on every device."""
+    """contract: Model and initial weights: identical parameters and running statistics on every device."""
 
     def test_replicas_start_from_canonical_weights(self, engine):
         k = max(self.counts(engine))
@@ -125,7 +125,7 @@ class ReplicateChecks(EngineFixtures):
 
 
 class AggregationChecks(EngineFixtures):
-    """SPEC §4: on any device count the engine gives the contract's gradient and update.
+    """contract: Loss, gradients and the update: on any device count the engine gives the contract's gradient and update.
 
     Results are judged against the float64 truth of the NumPy reference
     (``multidev.reference``), never against another float32 run. In float32
@@ -208,7 +208,7 @@ class AggregationChecks(EngineFixtures):
 
 
 class BatchNormChecks(EngineFixtures):
-    """SPEC §5: local statistics are each shard's own; sync statistics are the whole batch's."""
+    """contract: BatchNorm: local statistics are each shard's own; sync statistics are the whole batch's."""
 
     def _stem_statistics(self, engine, batchnorm: str, k: int):
         x, y = batch(RESNET, 9, seed=5)
@@ -240,7 +240,7 @@ class BatchNormChecks(EngineFixtures):
 
 
 class EvaluationChecks(EngineFixtures):
-    """SPEC §6: every test sample counted exactly once, the same answer on any device count."""
+    """contract: Evaluation: every test sample counted exactly once, the same answer on any device count."""
 
     def test_every_sample_counted_once(self, engine):
         x, y = batch(LENET, 37, seed=1)
@@ -261,7 +261,7 @@ class EvaluationChecks(EngineFixtures):
 
 
 class CheckpointChecks(EngineFixtures):
-    """SPEC §7: one format, loadable by every installed engine with the same predictions."""
+    """contract: Checkpoints and interruption: one format, loadable by every installed engine with the same predictions."""
 
     def _trained(self, engine, spec):
         reps = self.make(engine, spec, 1)
@@ -366,4 +366,4 @@ class ParityChecks(EngineFixtures):
 
 class Conformance(SplitChecks, ReplicateChecks, AggregationChecks, BatchNormChecks, EvaluationChecks,
                   CheckpointChecks, ParityChecks, AccuracyChecks):
-    """Every promise of SPEC.md; subclass it with ``backend = "name"``."""
+    """Every promise of docs/contract.md; subclass it with ``backend = "name"``."""

@@ -4,7 +4,7 @@ Every device holds a shard padded to a common length; ``mask`` marks its
 real rows, so padding never enters a statistic. ``local`` normalises with the
 shard's own statistics; ``sync`` adds the shards' sums with ``lax.psum`` over
 the mesh axis, so every device normalises with the whole batch's statistics
-and autodiff through the psum gives the exact whole-batch gradient (SPEC §5).
+and autodiff through the psum gives the exact whole-batch gradient (contract: BatchNorm).
 Running statistics are averaged over the devices whose shard is not empty,
 so they come out identical on every device (the same rule as the torch engine).
 Flax's own ``nn.BatchNorm`` averages per-device means with equal weights,

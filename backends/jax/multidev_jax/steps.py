@@ -5,7 +5,7 @@ mesh axis, parameters replicated). The loss is the psum of the shards'
 masked sums divided by the true batch size B, so each shard weighs n_i / B.
 ``jax.grad`` of that loss with respect to the replicated parameters makes
 JAX emit the cross-device sum of the shards' gradients (the transpose of a
-replicated input is a psum): the AllReduce of SPEC §4, with no hand-written
+replicated input is a psum): the AllReduce of contract: Loss, gradients and the update, with no hand-written
 communication. The SGD update then runs replicated, identically on every device.
 """
 

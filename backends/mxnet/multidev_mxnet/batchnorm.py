@@ -6,7 +6,7 @@ and, like the core, it puts the biased variance into the running variance
 (checked in tests/test_mxnet_engine.py). One quirk: it updates the running
 statistics in the *backward* pass, not the forward.
 
-Gluon's contrib SyncBatchNorm does not fit SPEC §5: it averages the devices'
+Gluon's contrib SyncBatchNorm does not fit contract: BatchNorm: it averages the devices'
 means without weighting them by shard size (inexact for uneven shards), it
 needs a fixed device count (an empty shard would block it) and it hangs on CPU
 contexts driven from one Python thread. So ``sync`` is done here: each active

@@ -3,7 +3,7 @@
 Gluon's own multi-device model: one network whose parameters live on every
 context and a ``Trainer`` whose kvstore sums the contexts' gradients, applies
 SGD once and hands every context the same new weights. Three things are added
-to reach SPEC.md exactly:
+to reach the contract (docs/contract.md) exactly:
 
 - the split is the core's (``multidev.shard``), not ``split_and_load``'s;
 - shard i's loss is its summed cross-entropy divided by the whole batch B and
@@ -115,7 +115,7 @@ class MXNetReplicas:
         with autograd.record():
             logits = self.net(shard.x)
             ce_sum = self._ce(logits, shard.y).sum()
-            loss = ce_sum / total  # weight n_i / B once summed over the shard (SPEC §4)
+            loss = ce_sum / total  # weight n_i / B once summed over the shard (contract: Loss, gradients and the update)
         return ShardOutput(logits, ce_sum, loss)
 
     def _forward(self, batch: list[Shard], active: list[int], total: int) -> dict[int, ShardOutput]:
@@ -161,7 +161,7 @@ class MXNetReplicas:
                 param.data(self.contexts[i])._fresh_grad = True
 
     def _sync_statistics(self, active: list[int]) -> None:
-        """Make every context's running statistics the same (SPEC §5), through a kvstore.
+        """Make every context's running statistics the same (contract: BatchNorm), through a kvstore.
 
         Local: the average over the contexts that saw data. Sync: the whole
         batch's statistic, blended in on the leading context. One ``pushpull``

@@ -4,7 +4,7 @@ PyTorch's own SyncBatchNorm needs a torch.distributed process group; here all
 replicas live in one process, so the shards' statistics are exchanged through
 a barrier while each replica runs its forward pass in its own thread. The
 exchanged tensors keep their autograd history, so one backward pass gives the
-exact whole-batch gradient (SPEC §5).
+exact whole-batch gradient (contract: BatchNorm).
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ class TorchReplicas:
             model.train()
             model.zero_grad(set_to_none=True)
         logits = self._logits(batch, active)
-        # Shard i's loss is its sum divided by the whole batch: weight n_i / B (SPEC §4).
+        # Shard i's loss is its sum divided by the whole batch: weight n_i / B (contract: Loss, gradients and the update).
         losses = [F.cross_entropy(logits[i], batch[i].y, reduction="sum") for i in active]
         torch.autograd.backward([loss / total for loss in losses])
         self._allreduce(active)
@@ -150,7 +150,7 @@ class TorchReplicas:
                     p.grad = total if p.device == total.device else total.to(p.device)
 
     def _sync_statistics(self, active: list[int]) -> None:
-        """Average running statistics over the devices that saw data, then copy to all (SPEC §5)."""
+        """Average running statistics over the devices that saw data, then copy to all (contract: BatchNorm)."""
         if len(self.models) == 1:
             return
         for layer in zip(*self._bns):

@@ -70,7 +70,7 @@ class NumpyReplicas:
         return StepStats(loss, correct, total), active, grads
 
     def _sync_statistics(self, active: list[int]) -> None:
-        """Average the running statistics over the devices that saw data, copy to all (SPEC §5)."""
+        """Average the running statistics over the devices that saw data, copy to all (contract: BatchNorm)."""
         for name in self.spec.statistics():
             if self.sync:  # every active device already holds the same whole-batch value
                 value = self.replicas[active[0]][name]

@@ -1,4 +1,4 @@
-"""The whole conformance kit: SPEC.md's promises, checked against this engine."""
+"""The whole conformance kit: the contract's promises, checked against this engine."""
 
 from multidev.testing import Conformance
 
