@@ -144,11 +144,7 @@ def plot_throughput(outcomes: Sequence[Outcome], path: Path) -> None:
     if first:
         ax.set_title(f"{first.model} on {first.dataset}: throughput")
     ax.legend(fontsize="small")
-    fig.tight_layout()
-    try:
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
+    save_figure(fig, path)
 
 
 def write_report(outcomes: Sequence[Outcome], out: Path) -> dict[str, Path]:

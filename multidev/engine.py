@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from .devices import Device
 from .errors import MultidevError
+from .lockstep import AllGather, combine_moments, run_lockstep, running_statistic
 from .models import BN_EPS, BN_MOMENTUM, Block, ModelSpec, Param, State, lenet_flat_features, resnet18_blocks
 from .protocol import CAPABILITIES, DTYPES, Backend, Replicas, StepStats, check_batchnorm, check_dtype
 from .shard import shard_bounds, shard_sizes, split
 
 __all__ = [
-    "BN_EPS", "BN_MOMENTUM", "Backend", "Block", "CAPABILITIES", "DTYPES", "Device", "ModelSpec", "MultidevError",
-    "Param", "Replicas", "State", "StepStats", "check_batchnorm", "check_dtype", "lenet_flat_features",
-    "resnet18_blocks", "shard_bounds", "shard_sizes", "split",
+    "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "Block", "CAPABILITIES", "DTYPES", "Device", "ModelSpec",
+    "MultidevError", "Param", "Replicas", "State", "StepStats", "check_batchnorm", "check_dtype", "combine_moments",
+    "lenet_flat_features", "resnet18_blocks", "run_lockstep", "running_statistic", "shard_bounds", "shard_sizes", "split",
 ]

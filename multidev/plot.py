@@ -9,10 +9,17 @@ from .files import atomic_write
 from .result import Result
 
 
-def save_figure(fig, path: str | Path) -> None:
-    """A PNG written whole or not at all, like every other output."""
-    with atomic_write(path, what="plot") as f:
-        fig.savefig(f, format="png")
+def save_figure(fig, path: str | Path) -> Path:
+    """Lay out, write as a PNG whole or not at all (like every other output), and free the figure."""
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.tight_layout()
+        with atomic_write(path, what="plot") as f:
+            fig.savefig(f, format="png")
+    finally:
+        plt.close(fig)
+    return Path(path)
 
 
 def label(result: Result) -> str:
@@ -42,12 +49,7 @@ def plot_accuracy(results: Sequence[Result], path: str | Path, title: str | None
     first = results[0]
     ax.set_title(title or f"{first.model} on {first.dataset}, batch {first.batch_size}, lr {first.lr}")
     ax.legend(loc="lower right", fontsize="small")
-    fig.tight_layout()
-    try:
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path)
 
 
 def plot_divergence(outcomes, path: str | Path) -> Path:
@@ -74,9 +76,4 @@ def plot_divergence(outcomes, path: str | Path) -> Path:
     ax.set_title(f"distance from the float64 run ({runs[0].divergence.truth})")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize="small")
-    fig.tight_layout()
-    try:
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path)

@@ -21,12 +21,11 @@ cost per imperative MXNet op, not the arithmetic, is what made sync slow.
 
 from __future__ import annotations
 
-import threading
 from typing import Optional
 
 import numpy as np
 
-from multidev.engine import BN_EPS, BN_MOMENTUM
+from multidev.engine import BN_EPS, BN_MOMENTUM, AllGather, combine_moments
 
 from .runtime import mxnet
 
@@ -39,39 +38,27 @@ MX_MOMENTUM = 1.0 - BN_MOMENTUM
 
 
 class StatsExchange:
-    """All-gather of per-shard (mean, var, count) among the contexts of one step."""
+    """The core's all-gather of shard statistics, keyed by context: one Gluon network serves every context."""
 
     def __init__(self, contexts: list, timeout: float = 600.0) -> None:
-        # One Gluon network serves every context, so a shard's rank is found from its context.
         self.ranks = {ctx: rank for rank, ctx in enumerate(contexts)}
-        self.parties = len(contexts)
-        self._barrier = threading.Barrier(self.parties, timeout=timeout)
-        self._slots: dict[tuple[int, int], tuple[mx.nd.NDArray, mx.nd.NDArray, int]] = {}
-        self._calls = [0] * self.parties
+        self.gather = AllGather(len(contexts), timeout)
 
     def abort(self) -> None:
-        """Release the other threads when one fails, instead of leaving them at the barrier."""
-        self._barrier.abort()
+        self.gather.abort()
 
     def is_leader(self, ctx: mx.Context) -> bool:
         return self.ranks[ctx] == 0
 
     def combine(self, mean: mx.nd.NDArray, var: mx.nd.NDArray, count: int):
-        """Whole-batch (mean, biased var), weighted by shard size, on ``mean``'s context."""
-        rank = self.ranks[mean.context]
-        call = self._calls[rank]
-        self._calls[rank] += 1
-        self._slots[(call, rank)] = (mean, var, count)
-        self._barrier.wait()
-        parts = [self._slots[(call, r)] for r in range(self.parties)]
-        total = sum(c for _, _, c in parts)
+        """Whole-batch (mean, biased var), weighted by shard size, on ``mean``'s context.
+
+        Python numbers as weights and one ``add_n`` per sum: Python's cost per
+        imperative MXNet op, not the arithmetic, is what makes sync slow.
+        """
         here = mean.context
-        # Python scalars as weights: an nd.array built here would wait for this context's queue.
-        means = [m.as_in_context(here) for m, _, _ in parts]
-        g_mean = nd.add_n(*[m * (c / total) for m, (_, _, c) in zip(means, parts)])
-        g_var = nd.add_n(*[(v.as_in_context(here) + nd.square(m - g_mean)) * (c / total)
-                           for m, (_, v, c) in zip(means, parts)])
-        return g_mean, g_var
+        parts = self.gather(self.ranks[here], (mean, var, count))
+        return combine_moments(parts, move=lambda a: a.as_in_context(here), add=lambda xs: nd.add_n(*xs))
 
 
 class _FixedStatistics(nn.HybridBlock):

@@ -20,13 +20,12 @@ all contexts busy; only sync BatchNorm needs a thread per context (see
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
 
-from multidev.engine import Device, ModelSpec, MultidevError, State, StepStats, split
+from multidev.engine import Device, ModelSpec, MultidevError, State, StepStats, run_lockstep, split
 
 from .batchnorm import StatsExchange
 from .model import batchnorms, build, canonical_params, hybridize, trace
@@ -125,17 +124,8 @@ class MXNetReplicas:
         exchange = StatsExchange([self.contexts[i] for i in active])
         for bn in self._bns:
             bn.exchange, bn.batch_statistics = exchange, None
-
-        def run(i: int) -> ShardOutput:
-            try:
-                return self._shard_forward(batch[i], total)
-            except BaseException:
-                exchange.abort()
-                raise
-
         try:
-            with ThreadPoolExecutor(len(active)) as pool:
-                return dict(zip(active, pool.map(run, active)))
+            return run_lockstep(lambda i: self._shard_forward(batch[i], total), active, exchange.gather)
         finally:
             for bn in self._bns:
                 bn.exchange = None

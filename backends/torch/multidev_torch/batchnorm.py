@@ -2,47 +2,20 @@
 
 PyTorch's own SyncBatchNorm needs a torch.distributed process group; here all
 replicas live in one process, so the shards' statistics are exchanged through
-a barrier while each replica runs its forward pass in its own thread. The
-exchanged tensors keep their autograd history, so one backward pass gives the
-exact whole-batch gradient (contract: BatchNorm).
+the core's ``AllGather`` while each replica runs its forward pass in its own
+thread (``multidev.lockstep``). The exchanged tensors keep their autograd
+history, so one backward pass gives the exact whole-batch gradient (contract: BatchNorm).
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from multidev.engine import BN_EPS, BN_MOMENTUM
-
-
-class StatsExchange:
-    """All-gather of per-shard (mean, var, count) among the replicas of one step."""
-
-    def __init__(self, parties: int, timeout: float = 600.0) -> None:
-        self.parties = parties
-        self._barrier = threading.Barrier(parties, timeout=timeout)
-        self._slots: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, int]] = {}
-        self._calls = [0] * parties
-
-    def abort(self) -> None:
-        self._barrier.abort()
-
-    def combine(self, rank: int, mean: torch.Tensor, var: torch.Tensor, count: int):
-        call = self._calls[rank]
-        self._calls[rank] += 1
-        self._slots[(call, rank)] = (mean, var, count)
-        self._barrier.wait()
-        parts = [self._slots[(call, r)] for r in range(self.parties)]
-        total = sum(c for _, _, c in parts)
-        means = [m.to(mean.device) for m, _, _ in parts]
-        g_mean = sum(m * (c / total) for m, (_, _, c) in zip(means, parts))
-        g_var = sum((v.to(mean.device) + (m - g_mean) ** 2) * (c / total)
-                    for m, (_, v, c) in zip(means, parts))
-        return g_mean, g_var
+from multidev.engine import BN_EPS, BN_MOMENTUM, AllGather, combine_moments
 
 
 class BatchNorm(nn.Module):
@@ -54,7 +27,7 @@ class BatchNorm(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
         self.register_buffer("running_mean", torch.zeros(channels))
         self.register_buffer("running_var", torch.ones(channels))
-        self.exchange: Optional[StatsExchange] = None
+        self.exchange: Optional[AllGather] = None
         self.rank = 0
         self.update_stats = True
 
@@ -73,7 +46,8 @@ class BatchNorm(nn.Module):
             return out
         dims = [0, *range(2, x.dim())]
         var, mean = torch.var_mean(x, dim=dims, unbiased=False)
-        mean, var = self.exchange.combine(self.rank, mean, var, x.numel() // x.shape[1])
+        parts = self.exchange(self.rank, (mean, var, x.numel() // x.shape[1]))
+        mean, var = combine_moments(parts, move=lambda t: t.to(x.device))
         if self.update_stats:
             with torch.no_grad():
                 self.running_mean.lerp_(mean.detach(), BN_MOMENTUM)

@@ -9,7 +9,6 @@ gradients are summed with ``torch.cuda.comm``.
 from __future__ import annotations
 
 import copy
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
@@ -18,9 +17,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from multidev.engine import Device, ModelSpec, State, StepStats, split
+from multidev.engine import AllGather, Device, ModelSpec, State, StepStats, run_lockstep, running_statistic, split
 
-from .batchnorm import BatchNorm, StatsExchange
+from .batchnorm import BatchNorm
 from .model import build
 
 
@@ -71,21 +70,12 @@ class TorchReplicas:
         """Training-mode logits of every non-empty shard; lockstep threads under sync BatchNorm."""
         if not (self.sync and len(active) > 1):
             return {i: self.models[i](batch[i].x) for i in active}
-        exchange = StatsExchange(len(active))
+        gather = AllGather(len(active))
         for rank, i in enumerate(active):
             for bn in self._bns[i]:
-                bn.exchange, bn.rank = exchange, rank
-
-        def run(i: int) -> torch.Tensor:
-            try:
-                return self.models[i](batch[i].x)
-            except BaseException:
-                exchange.abort()
-                raise
-
+                bn.exchange, bn.rank = gather, rank
         try:
-            with ThreadPoolExecutor(len(active)) as pool:
-                return dict(zip(active, pool.map(run, active)))
+            return run_lockstep(lambda i: self.models[i](batch[i].x), active, gather)
         finally:
             for i in active:
                 for bn in self._bns[i]:
@@ -155,10 +145,7 @@ class TorchReplicas:
             return
         for layer in zip(*self._bns):
             for name in ("running_mean", "running_var"):
-                if self.sync:  # every active replica holds the same whole-batch statistic
-                    value = getattr(layer[active[0]], name)
-                else:
-                    value = torch.stack([getattr(layer[i], name).to(self._places[0]) for i in active]).mean(0)
+                value = running_statistic([getattr(bn, name).to(self._places[0]) for bn in layer], active, self.sync)
                 for bn in layer:
                     getattr(bn, name).copy_(value)
 

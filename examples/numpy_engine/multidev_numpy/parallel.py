@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from multidev.engine import Device, ModelSpec, State, StepStats, split
+from multidev.engine import Device, ModelSpec, State, StepStats, running_statistic, split
 from multidev.reference import Run, backward, build, layers
 
 
@@ -72,10 +72,7 @@ class NumpyReplicas:
     def _sync_statistics(self, active: list[int]) -> None:
         """Average the running statistics over the devices that saw data, copy to all (contract: BatchNorm)."""
         for name in self.spec.statistics():
-            if self.sync:  # every active device already holds the same whole-batch value
-                value = self.replicas[active[0]][name]
-            else:
-                value = sum(self.replicas[i][name] for i in active) / self.dtype.type(len(active))
+            value = running_statistic([replica[name] for replica in self.replicas], active, self.sync)
             for replica in self.replicas:
                 replica[name] = value.copy()
 
