@@ -64,7 +64,10 @@ def main() -> None:
 
     import multidev
     from flops import matmul_peak, training_flops
+    from multidev.cli import apply_threads
     from timing import table
+
+    apply_threads()  # as the multidev command does: the workers inherit every usable core
 
     spec = multidev.ModelSpec(args.model, (1, args.size, args.size), 10)
     peak, source = matmul_peak()

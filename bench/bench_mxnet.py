@@ -24,10 +24,12 @@ from typing import Callable
 import numpy as np
 
 import multidev
+from multidev.cli import apply_threads
 from multidev.devices import resolve_devices
 from multidev.models import ModelSpec
 
-ENGINE = multidev.load_backend("mxnet")  # imports MXNet with the engine's thread setting, for both sides
+apply_threads()  # as the multidev command does: every usable core, before MXNet loads, for both sides
+ENGINE = multidev.load_backend("mxnet")
 from multidev_mxnet.runtime import mxnet  # noqa: E402
 
 mx = mxnet()

@@ -33,6 +33,26 @@ def _writable(path: Optional[str], flag: str) -> None:
         raise MultidevError(f"{flag} {path}: folder {folder} does not exist or is not writable")
 
 
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def apply_threads(value: Optional[int] = None) -> None:
+    """This program's CPU threads, set before any framework loads: some read the count only then.
+
+    ``OMP_NUM_THREADS`` for this process and the runs it starts; one the user
+    exported already stands unless ``--threads`` is given. The default is every
+    usable core (MXNet alone would take half of them).
+    """
+    if value is not None and value < 1:
+        raise MultidevError(f"--threads must be at least 1, got {value}")
+    if value is not None or not os.environ.get("OMP_NUM_THREADS", "").strip():
+        os.environ["OMP_NUM_THREADS"] = str(value or usable_cores())
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="multidev", description="Data-parallel training on PyTorch, JAX and MXNet.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -58,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--dtype", default="float32", choices=DTYPES,
                    help="float64 (engines that claim it): the truth that float32 runs are measured against")
     t.add_argument("--trace", help="folder to keep the parameters of the first steps and every epoch in")
+    t.add_argument("--threads", type=int,
+                   help="CPU threads for the frameworks (OMP_NUM_THREADS; default: every usable core)")
 
     c = sub.add_parser("compare", help="the same job on several engines and device counts, side by side")
     c.add_argument("--backends", default="torch", help="comma-separated engines, e.g. torch,jax,mxnet")
@@ -68,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="skip the float64 run per device count that float32 runs are measured against")
     c.add_argument("--float64", action="store_true",
                    help="also run every other engine in float64, to tell a flipped ReLU from a different definition")
-    for name in ("model", "dataset", "data_dir", "epochs", "batch_size", "lr", "seed", "batchnorm"):
+    for name in ("model", "dataset", "data_dir", "epochs", "batch_size", "lr", "seed", "batchnorm", "threads"):
         action = next(a for a in t._actions if a.dest == name)
         c.add_argument(*action.option_strings, default=action.default, type=action.type,
                        choices=action.choices, help=action.help)
@@ -156,6 +178,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     warnings.formatwarning = lambda msg, cat, *a, **k: f"multidev: warning: {msg}\n"
     try:
         args = _parser().parse_args(argv)
+        apply_threads(getattr(args, "threads", None))
         commands = {"train": _train, "compare": _compare, "backends": lambda _: _backends()}
         return commands[args.command](args)
     except MultidevError as exc:

@@ -1,15 +1,15 @@
-"""Load MXNet the way this engine needs it, on first use; every other module gets ``mx`` from here.
+"""Load MXNet on the engine's first use; every other module gets ``mx`` from here.
 
-Importing this package changes nothing in the process. MXNet itself is loaded
-the first time the engine is used (a version, a GPU count, a model), and two
-facts of MXNet 1.9.1 are handled then, for the import alone:
+Importing this package loads nothing and changes nothing in the process. Two
+facts of MXNet 1.9.1 matter when it loads:
 
-- Its thread count is read once, when the library loads. Without
-  ``OMP_NUM_THREADS`` it assumes hyperthreading and uses half the cores: one
-  thread on a 2-core machine, which halves ResNet-18 training (measured 39
-  against 77 samples/s). The engine's setting, :data:`THREADS_ENV` if the user
-  set it, else every usable core, is put into the environment for the import
-  and the environment is restored right after (MXNet keeps what it read).
+- It reads its thread count once, from ``OMP_NUM_THREADS``, when it loads,
+  and without it assumes hyperthreading and uses half the cores: one thread on
+  a 2-core machine, which halves ResNet-18 training (measured 39 against 77
+  samples/s). It offers no call to change that later, and the engine sets no
+  environment variable: the ``multidev`` command sets ``OMP_NUM_THREADS`` for
+  its own process at start-up (``--threads``, default every usable core), and
+  a library user who loads MXNet without it is told so in one warning line.
 - It reads ``numpy.bool`` at import, an alias numpy 1.24 removed. The alias is
   put back for the import alone, so no other library ever sees it.
 """
@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from types import ModuleType
-from typing import Optional
 
 import numpy as np
 
@@ -38,16 +38,12 @@ def usable_cores() -> int:
 
 
 def threads_note() -> str:
-    """What MXNet's thread count is and who chose it ("" before MXNet is loaded)."""
+    """How many threads MXNet runs on and why ("" before MXNet is loaded)."""
     return _state.get("threads", "")
 
 
-def _import(threads: Optional[int]) -> ModuleType:
-    given = os.environ.get(THREADS_ENV, "").strip()
-    chosen = given or str(threads or usable_cores())
-    saved = os.environ.get(THREADS_ENV)
+def _import() -> ModuleType:
     patched = "bool" not in np.__dict__  # numpy 2 has it again; then there is nothing to do
-    os.environ[THREADS_ENV] = chosen
     if patched:
         np.bool = bool  # type: ignore[attr-defined]
     try:
@@ -55,24 +51,32 @@ def _import(threads: Optional[int]) -> ModuleType:
     finally:
         if patched:
             del np.bool  # type: ignore[attr-defined]
-        if saved is None:
-            del os.environ[THREADS_ENV]
-        else:
-            os.environ[THREADS_ENV] = saved
-    source = "from the environment" if given else "chosen by multidev-mxnet (all usable cores)"
-    _state["threads"] = f"{THREADS_ENV}={chosen} {source}, read by MXNet when it loaded"
     return mxnet
 
 
-def mxnet(threads: Optional[int] = None) -> ModuleType:
-    """MXNet, loaded on the first call with ``threads`` (default: every usable core)."""
+def _describe(imported_before: bool) -> str:
+    given = os.environ.get(THREADS_ENV, "").strip()
+    if given:
+        return f"{THREADS_ENV}={given} from the environment"
+    cores = usable_cores()
+    if cores < 2:
+        return f"{THREADS_ENV} unset: 1 thread on 1 core"
+    where = "mxnet was imported before the engine" if imported_before else "MXNet loaded"
+    return (f"{THREADS_ENV} unset when {where}: MXNet uses {max(cores // 2, 1)} of {cores} cores; "
+            f"set {THREADS_ENV}={cores} before it loads (the multidev command does)")
+
+
+def mxnet() -> ModuleType:
+    """MXNet, loaded on the first call; says once when it runs on half the cores."""
     if "mxnet" in sys.modules:
-        if not _state:
-            _state["threads"] = (f"{THREADS_ENV} left to MXNet: it was imported before the engine, and reads "
-                                 f"its thread count only when it loads")
-        return sys.modules["mxnet"]
-    module = _import(threads)
+        module = sys.modules["mxnet"]
+        _state.setdefault("threads", _describe(imported_before=True))
+        return module
+    module = _import()
+    _state["threads"] = _describe(imported_before=False)
     log.info("mxnet %s: %s", module.__version__, threads_note())
+    if "uses" in threads_note():
+        warnings.warn(threads_note(), stacklevel=2)
     return module
 
 

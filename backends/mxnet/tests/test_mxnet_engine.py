@@ -60,10 +60,10 @@ def test_import_multidev_loads_no_mxnet_and_no_numpy_bool():
 
 
 @pytest.mark.parametrize("given", [None, "1"], ids=["unset", "set"])
-def test_thread_count(given):
-    """MXNet loads with every usable core unless the user chose; the environment is left as it was."""
+def test_thread_count_is_reported_and_the_environment_left_alone(given):
+    """The engine sets no variable: it reports MXNet's thread count, and warns when MXNet took half the cores."""
     proc = run_python("""
-        import logging, os, time
+        import logging, os
         logging.basicConfig(level=logging.INFO)
         import multidev
         engine = multidev.load_backend("mxnet")
@@ -71,11 +71,26 @@ def test_thread_count(given):
         print(os.environ.get("OMP_NUM_THREADS", "unset"))
     """, OMP_NUM_THREADS=given)
     version, after = proc.stdout.strip().splitlines()
-    want = given if given is not None else str(len(os.sched_getaffinity(0)))
+    cores = len(os.sched_getaffinity(0))
     assert after == (given or "unset"), f"the engine left OMP_NUM_THREADS={after} behind"
-    assert f"OMP_NUM_THREADS={want}" in version
-    assert ("from the environment" in version) == (given is not None)
-    assert "multidev.mxnet" in proc.stderr and f"OMP_NUM_THREADS={want}" in proc.stderr, "no log line"
+    if given is not None:
+        assert f"OMP_NUM_THREADS={given} from the environment" in version
+    elif cores > 1:
+        assert f"MXNet uses {cores // 2} of {cores} cores" in version
+        assert "UserWarning" in proc.stderr or "MXNet uses" in proc.stderr, "no warning line"
+    assert "multidev.mxnet" in proc.stderr, "no log line"
+
+
+def test_the_command_gives_mxnet_every_core():
+    """The multidev program sets its own thread count at start-up, before MXNet loads."""
+    proc = run_python("""
+        import sys
+        from multidev.cli import main
+        sys.exit(main(["backends"]))
+    """, OMP_NUM_THREADS=None)
+    cores = len(os.sched_getaffinity(0))
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("mxnet:"))
+    assert f"OMP_NUM_THREADS={cores} from the environment" in line, line
 
 
 def test_sync_batchnorm_does_not_hang():
