@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .divergence import Divergence, explain, measure, same_definition, verdict
+from .divergence import Divergence, describe_float32, describe_float64, measure
 from .errors import MultidevError
 from .plot import plot_divergence
 from .result import Result, write_text_atomic
@@ -180,7 +180,7 @@ def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2
     engine that can, and every float32 run's parameters are measured against
     it over training (``multidev.divergence``): the first engine's float32
     run gives the scale of rounding, and each other run is called 'rounding'
-    or 'more than rounding' against it. ReLU kinks make rounding jump now and
+    or 'beyond rounding' against it. ReLU kinks make rounding jump now and
     then, so ``float64`` also runs every other engine in float64: a float64 run
     that stays on the truth shows that the engine defines everything the same.
     """
@@ -204,7 +204,7 @@ def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2
 
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="multidev-compare-") as tmp:
-        truths: dict[int, tuple[Path, str]] = {}
+        truths: dict[int, tuple[Path, RunSpec]] = {}
         if truth:
             for k in dict.fromkeys(s.devices for s in specs if s.dtype == "float32"):
                 first = next(s for s in specs if s.devices == k)
@@ -216,32 +216,36 @@ def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2
                     outcome = run(spec, folder)
                     if outcome.result is not None:
                         outcomes.append(outcome)
-                        truths[k] = (folder, spec.label)
+                        truths[k] = (folder, spec)
                         break
                     shutil.rmtree(folder, ignore_errors=True)
         if float64:
             specs += [replace(s, dtype="float64") for s in specs if s.dtype == "float32"
-                      and s.devices in truths and not truths[s.devices][1].startswith(f"{s.backend} ")]
+                      and s.devices in truths and s.backend != truths[s.devices][1].backend]
             if bar is not None:
                 bar.total = len(specs) + len(truths)
-        scales: dict[int, Divergence] = {}
         for i, spec in enumerate(specs):
             folder = Path(tmp) / f"run-{i}"
             outcome = run(spec, folder if spec.devices in truths else None)
             if outcome.result is not None and spec.devices in truths:
-                outcome.divergence = measure(truths[spec.devices][0], folder, truths[spec.devices][1])
-                if spec.dtype == "float64":
-                    outcome.verdict = same_definition(outcome.divergence)
-                else:
-                    scale = scales.setdefault(spec.devices, outcome.divergence)
-                    outcome.verdict = (f"rounding scale ({spec.backend} float32)" if scale is outcome.divergence
-                                       else verdict(outcome.divergence, scale))
+                truth_folder, truth_spec = truths[spec.devices]
+                outcome.divergence = measure(truth_folder, folder, truth_spec.label)
             shutil.rmtree(folder, ignore_errors=True)
             outcomes.append(outcome)
-    for o in outcomes:  # a float32 run that left the rounding scale: does the same engine in float64 agree?
-        if o.spec.dtype == "float32" and o.verdict:
-            twin = next((t for t in outcomes if t.spec == replace(o.spec, dtype="float64")), None)
-            o.verdict = explain(o.verdict, None if twin is None else (twin.verdict or ""), o.spec.backend)
+    scales: dict[int, Outcome] = {}  # per device count, the first float32 run: the scale of rounding
+    for o in outcomes:
+        if o.divergence is None:
+            continue
+        if o.spec.dtype == "float64":
+            o.verdict = describe_float64(o.divergence)
+            continue
+        scale = scales.setdefault(o.spec.devices, o)
+        if scale is o:
+            o.verdict = f"rounding scale ({o.spec.backend} float32)"
+            continue
+        twin = next((t for t in outcomes if t.spec == replace(o.spec, dtype="float64")), None)
+        o.verdict = describe_float32(o.divergence, scale.divergence, o.spec.backend,
+                                     twin.divergence if twin is not None else None, twin is None)
     # An engine without float64 says so in its verdict; its failed float64 rows would only clutter the table.
     outcomes = [o for o in outcomes if not (o.spec.dtype == "float64" and o.error and "float32 only" in o.error)]
     if bar is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -58,7 +58,7 @@ def distance(a: State, b: State) -> tuple[float, float]:
 
 @dataclass
 class Divergence:
-    """A run's distance from the truth run at each traced step (``None`` when no truth could be had)."""
+    """A run's distance from the truth run (labelled ``truth``) at each traced step."""
 
     truth: str
     steps: list[int] = field(default_factory=list)
@@ -91,33 +91,43 @@ def measure(truth: Path, run: Path, label: str) -> Divergence:
 FACTOR = 100.0
 
 
-def verdict(run: Divergence, scale: Divergence, factor: float = FACTOR) -> str:
-    """'rounding' where ``run`` stays within ``factor`` of the float32 scale at every step."""
+#: A float64 run within this of the float64 truth defines everything the same: far below float32's 6e-8 per
+#: operation amplified by training, far above float64's 1e-14 (MXNet's SGD takes lr as a 32-bit float: 2.6e-8).
+SAME_DEFINITION = 1e-6
+
+
+def first_step_beyond(run: Divergence, limit: Callable[[int], Optional[float]]) -> Optional[int]:
+    """The first traced step where ``run`` exceeds ``limit(step)`` (None: it never does)."""
     for step, value in zip(run.steps, run.max):
-        reference = scale.at(step)
-        if reference is not None and value > factor * max(reference, 1e-12):
-            return f"beyond rounding from step {step} ({value:.1e} vs {reference:.1e})"
-    return "rounding"
+        bound = limit(step)
+        if bound is not None and value > bound:
+            return step
+    return None
 
 
-def explain(float32: str, float64: Optional[str], engine: str) -> str:
-    """A float32 verdict in the light of the same engine's float64 run: ``None`` not run, "" impossible."""
-    if not float32.startswith("beyond"):
-        return float32
-    step = float32.split(" (")[0].removeprefix("beyond rounding from ")
+def same_definition(run: Divergence) -> bool:
+    """Whether a float64 run stays on the float64 truth at every step."""
+    return first_step_beyond(run, lambda step: SAME_DEFINITION) is None
+
+
+def describe_float64(run: Divergence) -> str:
+    step = first_step_beyond(run, lambda step: SAME_DEFINITION)
+    if step is None:
+        return f"same definition (float64 within {max(run.max, default=0.0):.0e})"
+    return f"different definition (step {step}: {run.at(step):.1e})"
+
+
+def describe_float32(run: Divergence, scale: Divergence, engine: str, float64: Optional[Divergence],
+                     float64_possible: bool) -> str:
+    """'rounding' where ``run`` stays within :data:`FACTOR` of the float32 scale at every step; otherwise
+    what the same engine's float64 run (if there is one) says about why."""
+    step = first_step_beyond(run, lambda s: None if scale.at(s) is None else FACTOR * max(scale.at(s), 1e-12))
+    if step is None:
+        return "rounding"
+    beyond = f"beyond rounding from step {step} ({run.at(step):.1e} vs {scale.at(step):.1e})"
     if float64 is None:
-        return f"{float32}: a flipped ReLU or another definition (--float64 tells)"
-    if not float64:
-        return f"{float32}: a flipped ReLU or another definition ({engine} has no float64 to tell)"
-    if float64.startswith("same"):
-        return f"rounding: float64 agrees, so a ReLU flipped by {step}"
-    return f"{float32}; float64 too: another definition"
-
-
-def same_definition(run: Divergence, tolerance: float = 1e-6) -> str:
-    """For a float64 run against the float64 truth: within ``tolerance``, far below float32's 6e-8 per operation
-    amplified by training, yet far above float64's 1e-14 (MXNet's SGD takes lr as a 32-bit float: 2.6e-8)."""
-    for step, value in zip(run.steps, run.max):
-        if value > tolerance:
-            return f"different definition (step {step}: {value:.1e})"
-    return f"same definition (float64 within {max(run.max, default=0.0):.0e})"
+        tell = "--float64 tells" if float64_possible else f"{engine} has no float64 to tell"
+        return f"{beyond}: a flipped ReLU or another definition ({tell})"
+    if same_definition(float64):
+        return f"rounding: float64 agrees, so a ReLU flipped by step {step}"
+    return f"{beyond}; float64 too: another definition"

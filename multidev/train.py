@@ -14,9 +14,9 @@ from . import checkpoint as ckpt
 from .data import Dataset, batches, epoch_order, load_dataset, num_batches
 from .devices import DeviceSpec, resolve_devices
 from .errors import MultidevError
+from .divergence import Trace
 from .interrupt import Interrupted, stop_at_step_boundary
 from .models import ModelSpec
-from .divergence import Trace
 from .protocol import Replicas, check_batchnorm, check_dtype
 from .registry import load_backend
 from .result import EpochRecord, Result
