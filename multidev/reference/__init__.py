@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..lockstep import running_statistic
 from ..models import ModelSpec, State
 from ..shard import split
 from . import layers
@@ -62,8 +63,8 @@ def sgd_step(spec: ModelSpec, state: State, x: np.ndarray, y: np.ndarray, lr: fl
     run = Run(replicas, train=True, sync=batchnorm == "sync", update_stats=True)
     grads = backward(build(spec), run, xs, ys, len(x))[2]
     new = {name: replicas[0][name] - dtype(lr) * grads[name] for name in spec.trainable()}
-    for name in spec.statistics():  # averaged over the devices that had data (identical under sync)
-        new[name] = sum(r[name] for r in replicas) / dtype(len(replicas))
+    for name in spec.statistics():  # every shard here has data: all devices are active
+        new[name] = running_statistic([r[name] for r in replicas], range(len(replicas)), batchnorm == "sync")
     return new
 
 
