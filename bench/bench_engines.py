@@ -33,18 +33,18 @@ def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int) 
     spec = multidev.ModelSpec(model, (1, size, size), 10)
     engine = multidev.load_backend(backend)
     devices = multidev.resolve_devices(devices=k, gpu_count=engine.gpu_count(), max_cpu=engine.max_cpu_devices())
-    reps = engine.replicate(spec, spec.init(0), devices)
+    reps = multidev.replicate(engine, multidev.Setup(spec, devices), spec.init(0))
     rng = np.random.default_rng(0)
     x = rng.normal(size=(batch, *spec.in_shape)).astype(np.float32)
     y = rng.integers(0, 10, batch)
     sizes = multidev.shard_sizes(batch, k)
-    step = lambda: reps.train_step(reps.split_batch(x, y, sizes), lr=0.05)  # noqa: E731
+    step = lambda: reps.train_step(reps.place(multidev.cut(x, y, sizes)), lr=0.05)  # noqa: E731
     step()
     first = time.perf_counter() - _T0
     step()
     rate = max(samples_per_sec(step, batch, steps) for _ in range(2))
     return {"first_step_s": first, "samples_per_sec": rate, "compile_s": reps.compile_seconds,
-            "version": engine.version()}
+            "version": multidev.registry.engine_version(engine)}
 
 
 def main() -> None:

@@ -48,7 +48,8 @@ def main() -> None:
     engine = load_backend("jax")
     import jax
 
-    print(engine.version(), f"| JAX devices: {jax.devices()[0].platform} x{len(jax.devices())}",
+    from multidev.registry import engine_version
+    print(engine_version(engine), f"| JAX devices: {jax.devices()[0].platform} x{len(jax.devices())}",
           f"| host cores: {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")
     rng = np.random.default_rng(0)
     x = rng.normal(0, 1, (args.batch, 1, args.size, args.size)).astype(np.float32)
@@ -65,18 +66,19 @@ def main() -> None:
 
 
 def time_engine(engine, args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    import multidev
     from multidev import ModelSpec, resolve_devices, shard_sizes
 
     spec = ModelSpec("resnet18", x.shape[1:], 10)
     devices = resolve_devices(gpus=k, gpu_count=engine.gpu_count()) if args.gpu else \
         resolve_devices(devices=k, max_cpu=engine.max_cpu_devices())
-    reps = engine.replicate(spec, spec.init(0), devices, batchnorm=args.batchnorm)
+    reps = multidev.replicate(engine, multidev.Setup(spec, devices, batchnorm=args.batchnorm), spec.init(0))
     sizes = shard_sizes(len(x), k)
     for _ in range(args.warmup):
-        reps.train_step(reps.split_batch(x, y, sizes), args.lr)
+        reps.train_step(reps.place(multidev.cut(x, y, sizes)), args.lr)
     start = time.perf_counter()
     for _ in range(args.steps):
-        reps.train_step(reps.split_batch(x, y, sizes), args.lr)
+        reps.train_step(reps.place(multidev.cut(x, y, sizes)), args.lr)
     return args.steps * len(x) / (time.perf_counter() - start), reps.compile_seconds
 
 

@@ -92,9 +92,9 @@ def hand_written(contexts: list, x: np.ndarray, y: np.ndarray, lr: float) -> Cal
 
 def engine(devices: list, x: np.ndarray, y: np.ndarray, lr: float) -> Callable[[], float]:
     spec = ModelSpec("resnet18", x.shape[1:], 10)
-    replicas = ENGINE.replicate(spec, spec.init(0), devices)
+    replicas = multidev.replicate(ENGINE, multidev.Setup(spec, devices), spec.init(0))
     sizes = multidev.shard_sizes(len(x), len(devices))
-    return lambda: replicas.train_step(replicas.split_batch(x, y, sizes), lr).loss_sum
+    return lambda: replicas.train_step(replicas.place(multidev.cut(x, y, sizes)), lr).loss_sum
 
 
 def samples_per_second(step: Callable[[], float], batch: int, steps: int) -> float:
@@ -120,7 +120,7 @@ def main() -> None:
     x = rng.normal(0, 1, (args.batch, 1, args.size, args.size)).astype(np.float32)
     y = rng.integers(0, 10, args.batch).astype(np.float32)
     counts = [args.gpus] if args.gpus else [int(k) for k in args.devices.split(",")]
-    print(f"{ENGINE.version()}; ResNet-18, batch {args.batch} of 1x{args.size}x{args.size}, "
+    print(f"{multidev.registry.engine_version(ENGINE)}; ResNet-18, batch {args.batch} of 1x{args.size}x{args.size}, "
           f"{args.warmup} warm-up + {args.steps} timed steps x {args.rounds} rounds")
     for k in counts:
         devices = resolve_devices(gpus=args.gpus, gpu_count=ENGINE.gpu_count()) if args.gpus else \

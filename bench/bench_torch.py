@@ -11,7 +11,6 @@ devices and data; both run alternately in this one process.
 from __future__ import annotations
 
 import argparse
-import copy
 import platform
 import sys
 from datetime import date
@@ -65,9 +64,9 @@ def handwritten_step(spec: multidev.ModelSpec, k: int, x: np.ndarray, y: np.ndar
 
 def multidev_step(spec: multidev.ModelSpec, k: int, x: np.ndarray, y: np.ndarray):
     engine = multidev.load_backend("torch")
-    reps = engine.replicate(spec, spec.init(0), multidev.resolve_devices(devices=k))
+    reps = multidev.replicate(engine, multidev.Setup(spec, multidev.resolve_devices(devices=k)), spec.init(0))
     sizes = multidev.shard_sizes(len(x), k)
-    return lambda: reps.train_step(reps.split_batch(x, y, sizes), lr=0.1)
+    return lambda: reps.train_step(reps.place(multidev.cut(x, y, sizes)), lr=0.1)
 
 
 def main() -> None:

@@ -156,7 +156,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _backends() -> int:
-    from .registry import installed, load_backend
+    from .registry import engine_version, installed, load_backend
 
     names = installed()
     if not names:
@@ -168,7 +168,9 @@ def _backends() -> int:
             gpus = engine.gpu_count()
             cpus = engine.max_cpu_devices()
             seen = f"{gpus} GPU(s), " + ("any number of CPU devices" if cpus is None else f"{cpus} CPU device(s)")
-            print(f"{name}: {engine.version()}; {seen}; capabilities: {', '.join(sorted(engine.capabilities))}")
+            print(f"{name}: {engine_version(engine)}; {seen}; capabilities: {', '.join(sorted(engine.capabilities))}")
+            for setting, value in engine.settings().items():
+                print(f"  {setting}: {value}")
         except MultidevError as exc:
             print(f"{name}: unusable: {exc}")
     return 0

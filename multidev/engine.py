@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from .devices import Device
 from .errors import MultidevError
-from .lockstep import AllGather, combine_moments, run_lockstep, running_statistic
+from .lockstep import AllGather, combine_moments, run_lockstep, running_statistic, statistic_sources
 from .models import BN_EPS, BN_MOMENTUM, Block, ModelSpec, Param, State, lenet_flat_features, resnet18_blocks
-from .protocol import CAPABILITIES, DTYPES, Backend, Replicas, StepStats, check_batchnorm, check_dtype
-from .shard import shard_bounds, shard_sizes, split
+from .protocol import CAPABILITIES, DTYPES, Backend, BatchT, ProcessGroup, Replicas, Setup, StepStats
+from .shard import DeviceShard, Shards
 
 __all__ = [
-    "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "Block", "CAPABILITIES", "DTYPES", "Device", "ModelSpec",
-    "MultidevError", "Param", "Replicas", "State", "StepStats", "check_batchnorm", "check_dtype", "combine_moments",
-    "lenet_flat_features", "resnet18_blocks", "run_lockstep", "running_statistic", "shard_bounds", "shard_sizes", "split",
+    "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "DTYPES", "Device",
+    "DeviceShard", "ModelSpec", "MultidevError", "Param", "ProcessGroup", "Replicas", "Setup", "Shards", "State",
+    "StepStats", "combine_moments", "lenet_flat_features", "resnet18_blocks", "run_lockstep", "running_statistic",
+    "statistic_sources",
 ]

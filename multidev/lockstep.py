@@ -79,14 +79,21 @@ def run_lockstep(fn: Callable[[Hashable], R], items: Sequence[Hashable], gather:
         return dict(zip(items, pool.map(run, items)))
 
 
+def statistic_sources(active: Sequence[int], sync: bool) -> tuple[list[int], float]:
+    """The rule for the running statistics every replica takes after a step (docs/contract.md, BatchNorm).
+
+    Returns the devices whose own updated statistics make the new value, and
+    the factor their sum is multiplied by. Sync: every active device holds the
+    whole batch's, so the first one alone. Local: the equal-weight mean over
+    the active devices (an empty shard saw nothing). An engine with a sum
+    collective (MXNet's kvstore) sums these sources with it and scales.
+    """
+    sources = list(active[:1]) if sync or len(active) == 1 else list(active)
+    return sources, 1.0 / len(sources)
+
+
 def running_statistic(values: Sequence[T], active: Sequence[int], sync: bool,
                       add: Callable[[list[T]], T] = lambda xs: functools.reduce(operator.add, xs)) -> T:
-    """A BatchNorm running statistic that every replica takes after a step (docs/contract.md, BatchNorm).
-
-    ``values`` holds each device's own after its update; ``active`` the devices
-    that had data. Sync: they all hold the whole batch's, so the first one.
-    Local: the equal-weight mean over the active devices (an empty shard saw nothing).
-    """
-    if sync or len(active) == 1:
-        return values[active[0]]
-    return add([values[i] for i in active]) / len(active)
+    """:func:`statistic_sources` applied to one statistic's per-device values."""
+    sources, _ = statistic_sources(active, sync)
+    return values[sources[0]] if len(sources) == 1 else add([values[i] for i in sources]) / len(sources)

@@ -4,27 +4,29 @@ An engine is a package that registers a factory under the entry-point group
 ``multidev.backends``. The factory returns a :class:`Backend`; its
 ``replicate`` returns :class:`Replicas`, the model held on every device.
 Everything else (devices, the split rule, data, initial weights, the
-training loop, checkpoints) belongs to the core, so engines stay small and
-give the same answers. See docs/writing-a-backend.md.
+training loop, checkpoints, checks of the user's settings) belongs to the
+core, so engines stay small and give the same answers. See
+docs/writing-a-backend.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Optional, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from .devices import Device
 from .errors import MultidevError
 from .models import ModelSpec, State
+from .shard import Shards
 
 #: Capabilities an engine may claim; the conformance kit skips what is not claimed.
 CAPABILITIES = frozenset({
     "gpu",              # can place replicas on CUDA GPUs
     "virtual_cpu",      # k > 1 CPU devices in one process (contract: Devices)
     "sync_batchnorm",   # batchnorm="sync": whole-minibatch statistics
-    "multi_process",    # one process per device
+    "multi_process",    # a process group of more than one process (contract: Process groups)
     "float64",          # dtype="float64": the float64 runs that float32 answers are judged against
 })
 
@@ -33,18 +35,76 @@ DTYPES = ("float32", "float64")
 BATCHNORM_MODES = ("local", "sync")
 
 
-def check_dtype(dtype: str, capabilities: frozenset[str]) -> None:
-    """float32 always; float64 only where the engine claims it."""
-    if dtype not in DTYPES:
-        raise MultidevError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
-    if dtype == "float64" and "float64" not in capabilities:
-        raise MultidevError("this engine computes in float32 only: leave dtype at float32")
-
-
 def check_batchnorm(mode: str) -> None:
-    """The one check of a BatchNorm mode, for the core and for engines called directly."""
+    """The one check of a BatchNorm mode."""
     if mode not in BATCHNORM_MODES:
         raise MultidevError(f"unknown batchnorm {mode!r}: choose one of {', '.join(BATCHNORM_MODES)}")
+
+
+def check_dtype(dtype: str) -> None:
+    if dtype not in DTYPES:
+        raise MultidevError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+
+
+@dataclass(frozen=True)
+class ProcessGroup:
+    """The processes of one job (contract: Process groups); a single process is a group of one.
+
+    Devices are numbered rank-major over the group: process r's devices come
+    after those of every lower rank, so the split rule over the global batch
+    gives process r a contiguous run of rows, cut again over its own devices.
+    """
+
+    rank: int = 0
+    size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or not 0 <= self.rank < self.size:
+            raise MultidevError(f"process rank {self.rank} of {self.size}: need 0 <= rank < size and size >= 1")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What ``replicate`` is asked to build: the model, this process's devices and how to compute.
+
+    Made and checked by the core, so an engine never validates the user's settings.
+    """
+
+    spec: ModelSpec
+    devices: tuple[Device, ...]
+    batchnorm: str = "local"
+    dtype: str = "float32"
+    group: ProcessGroup = field(default_factory=ProcessGroup)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "devices", tuple(Device.parse(d) for d in self.devices))
+        if not self.devices:
+            raise MultidevError("need at least one device")
+        check_batchnorm(self.batchnorm)
+        check_dtype(self.dtype)
+
+    @property
+    def sync(self) -> bool:
+        return self.batchnorm == "sync"
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)
+
+    def needs(self) -> frozenset[str]:
+        """The capabilities an engine must claim to run this setup."""
+        wanted = set()
+        if self.dtype == "float64":
+            wanted.add("float64")
+        if self.sync:
+            wanted.add("sync_batchnorm")
+        if sum(d.kind == "cpu" for d in self.devices) > 1:
+            wanted.add("virtual_cpu")
+        if any(d.kind == "gpu" for d in self.devices):
+            wanted.add("gpu")
+        if self.group.size > 1:
+            wanted.add("multi_process")
+        return frozenset(wanted)
 
 
 @dataclass(frozen=True)
@@ -56,36 +116,39 @@ class StepStats:
     count: int       # samples seen: the minibatch size
 
 
+BatchT = TypeVar("BatchT")
+
+
 @runtime_checkable
-class Replicas(Protocol):
+class Replicas(Protocol[BatchT]):
     """The model replicated on every device (Replicate), trained in data parallel.
 
-    A ``Batch`` is whatever ``split_batch`` returns: the minibatch cut by the
-    core's sizes and placed on the devices (Shard). ``train_step`` and
+    A batch (``BatchT``, the engine's own type) is what ``place`` returns: the
+    core's shards moved onto their devices (Shard). ``train_step`` and
     ``gradients`` aggregate the shards' gradients with weights n_i / B
     (AllReduce), so the update equals one device's on the whole batch.
     """
 
-    devices: tuple[Device, ...]
+    setup: Setup
     #: one-time compilation seconds, reported apart from epoch times (0 where none)
     compile_seconds: float
 
-    def split_batch(self, x: np.ndarray, y: Optional[np.ndarray], sizes: Sequence[int]) -> Any:
-        """Cut rows ``[start_i, end_i)`` for device i (sizes from ``multidev.shard_sizes``) and place them."""
+    def place(self, shards: Shards) -> BatchT:
+        """Put ``shards.x[i]`` (and ``shards.y[i]``) on device i; an empty shard stays empty."""
 
-    def shards(self, batch: Any) -> list[np.ndarray]:
+    def shards(self, batch: BatchT) -> list[np.ndarray]:
         """The images each device holds for ``batch``, back on the host (for checks)."""
 
-    def train_step(self, batch: Any, lr: float) -> StepStats:
+    def train_step(self, batch: BatchT, lr: float) -> StepStats:
         """Forward and backward on every device, aggregate, apply SGD with ``lr``."""
 
-    def gradients(self, batch: Any) -> State:
+    def gradients(self, batch: BatchT) -> State:
         """The aggregated gradient of the mean loss over the batch, canonical layout, no update."""
 
-    def evaluate(self, batch: Any) -> StepStats:
+    def evaluate(self, batch: BatchT) -> StepStats:
         """Loss and correct count in inference mode, every device on its own shard."""
 
-    def predict(self, batch: Any) -> np.ndarray:
+    def predict(self, batch: BatchT) -> np.ndarray:
         """Logits in inference mode, rows in sample order."""
 
     def state(self) -> State:
@@ -104,19 +167,39 @@ class Backend(Protocol):
 
     name: str
     capabilities: frozenset[str]
+    #: the distributions whose versions reports name, e.g. ("jax", "flax", "optax"); the core looks them up
+    frameworks: tuple[str, ...]
 
-    def version(self) -> str:
-        """The engine's and its framework's versions, for reports."""
+    def settings(self) -> dict[str, str]:
+        """The process-wide settings the engine runs under, each with what it is and when it applies."""
 
     def gpu_count(self) -> int:
         """Accelerators this engine can use on this machine."""
 
     def max_cpu_devices(self) -> Optional[int]:
-        """Virtual CPU devices this process can still offer (None: no limit)."""
+        """Virtual CPU devices this process can offer (None: no limit)."""
 
-    def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
-                  batchnorm: str = "local", dtype: str = "float32") -> Replicas:
-        """Build the model on every device and load ``state`` into each replica.
+    def replicate(self, setup: Setup, state: State) -> Replicas:
+        """Build ``setup.spec`` on every device of ``setup`` and load ``state`` into each replica.
 
-        ``dtype="float64"`` is asked for only of engines that claim ``float64``.
+        Only setups whose ``needs()`` the engine claims reach it. An engine
+        may still decline a combination it cannot run with a MultidevError.
         """
+
+
+def replicate(engine: Backend, setup: Setup, state: State) -> Replicas:
+    """The core's way to build replicas: the setup checked against what the engine claims."""
+    missing = setup.needs() - engine.capabilities
+    if missing:
+        raise MultidevError(f"the {engine.name} engine does not offer {', '.join(sorted(missing))}: "
+                            f"{_instead[sorted(missing)[0]]}")
+    return engine.replicate(setup, state)
+
+
+_instead = {
+    "float64": "leave dtype at float32",
+    "sync_batchnorm": "use batchnorm='local'",
+    "virtual_cpu": "use one CPU device",
+    "gpu": "use CPU devices",
+    "multi_process": "run one process",
+}

@@ -32,9 +32,24 @@ def installed() -> list[str]:
     return sorted(_entry_points())
 
 
-def distribution_version(name: str) -> Optional[str]:
+def distribution(name: str) -> Optional[str]:
+    """``package version`` of the installed distribution that registers engine ``name``."""
     ep = _entry_points().get(name)
-    return ep.dist.version if ep is not None and ep.dist is not None else None
+    return f"{ep.dist.name} {ep.dist.version}" if ep is not None and ep.dist is not None else None
+
+
+def engine_version(engine: Backend) -> str:
+    """The engine's package and its frameworks' versions, for reports, from the installed metadata.
+
+    Nothing is imported, so listing engines loads no framework.
+    """
+    parts = [distribution(engine.name) or f"{engine.name} (not installed)"]
+    for name in engine.frameworks:
+        try:
+            parts.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{name} (not installed)")
+    return ", ".join(parts)
 
 
 def load_backend(name: str) -> Backend:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Generic, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -50,3 +51,45 @@ def split(array: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
     if sum(sizes) != len(array):
         raise MultidevError(f"shard sizes add up to {sum(sizes)} but the batch has {len(array)} rows")
     return [array[a:b] for a, b in shard_bounds(sizes)]
+
+
+@dataclass(frozen=True)
+class Shards:
+    """A minibatch cut by the core, one host array per device in device order: all an engine places.
+
+    The core applies the split rule once, here, so no engine cuts rows and
+    every engine holds exactly the same samples on the same device.
+    """
+
+    x: tuple[np.ndarray, ...]
+    y: Optional[tuple[np.ndarray, ...]]  # None: no labels (prediction)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(len(part) for part in self.x)
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def active(self) -> list[int]:
+        """The devices with a non-empty shard: the only ones that run a step (contract: Split)."""
+        return [i for i, n in enumerate(self.sizes) if n > 0]
+
+
+def cut(x: np.ndarray, y: Optional[np.ndarray], sizes: Sequence[int]) -> Shards:
+    """The minibatch ``(x, y)`` cut into contiguous shards of ``sizes`` (from :func:`shard_sizes`)."""
+    return Shards(tuple(split(x, sizes)), None if y is None else tuple(split(y, sizes)))
+
+
+A = TypeVar("A")
+
+
+@dataclass(frozen=True)
+class DeviceShard(Generic[A]):
+    """One device's shard once an engine placed it, in the framework's own array type."""
+
+    x: A
+    y: Optional[A]  # None: no labels
+    size: int       # rows; 0 for a device that sits the step out

@@ -17,10 +17,10 @@ from .errors import MultidevError
 from .divergence import Trace
 from .interrupt import Interrupted, stop_at_step_boundary
 from .models import ModelSpec
-from .protocol import Replicas, check_batchnorm, check_dtype
-from .registry import load_backend
+from .protocol import Backend, Replicas, Setup, check_batchnorm, check_dtype, replicate
+from .registry import engine_version, load_backend
 from .result import EpochRecord, Result
-from .shard import shard_sizes
+from .shard import cut, shard_sizes
 
 #: The quick start's settings: ResNet-18 on digits passes 0.95 test accuracy in well under two minutes here.
 DEFAULTS = {"backend": "torch", "model": "resnet18", "dataset": "digits", "epochs": 10, "batch_size": 128,
@@ -44,10 +44,10 @@ def check_settings(*, epochs: object, batch_size: object, lr: object, batchnorm:
 def evaluate(replicas: Replicas, x: np.ndarray, y: np.ndarray, batch_size: int,
              weights: Optional[Sequence[float]] = None) -> tuple[float, float, int]:
     """(mean loss, accuracy, samples counted) over a whole set, in parallel on every device."""
-    k = len(replicas.devices)
+    k = len(replicas.setup.devices)
     loss = correct = total = 0
     for idx in batches(np.arange(len(x)), batch_size):
-        stats = replicas.evaluate(replicas.split_batch(x[idx], y[idx], shard_sizes(len(idx), k, weights)))
+        stats = replicas.evaluate(replicas.place(cut(x[idx], y[idx], shard_sizes(len(idx), k, weights))))
         loss, correct, total = loss + stats.loss_sum, correct + stats.correct, total + stats.count
     if total != len(x):  # contract: Evaluation: an engine that drops or repeats samples is broken, not the user
         raise RuntimeError(f"evaluation counted {total} samples, the set has {len(x)}")
@@ -76,7 +76,7 @@ def train_epoch(replicas: Replicas, data: Dataset, *, epoch: int, seed: int, bat
     epoch ends early by raising :class:`_Stopped` with its position.
     ``on_step(step, last_of_epoch)`` runs after every step.
     """
-    k = len(replicas.devices)
+    k = len(replicas.setup.devices)
     at = start or Position(epoch)
     order = epoch_order(len(data.x_train), seed, epoch)
     total_steps = num_batches(len(order), batch_size)
@@ -94,7 +94,7 @@ def train_epoch(replicas: Replicas, data: Dataset, *, epoch: int, seed: int, bat
         for step, idx in enumerate(batches(order, batch_size), start=1):
             if step <= at.step:
                 continue
-            batch = replicas.split_batch(data.x_train[idx], data.y_train[idx], shard_sizes(len(idx), k, weights))
+            batch = replicas.place(cut(data.x_train[idx], data.y_train[idx], shard_sizes(len(idx), k, weights)))
             stats = replicas.train_step(batch, lr)
             if not math.isfinite(stats.loss_sum):
                 raise MultidevError(f"training diverged at epoch {epoch}, step {step} (the loss is "
@@ -121,7 +121,7 @@ class _Stopped(Exception):
         self.position = position
 
 
-def train(backend: str = DEFAULTS["backend"], *, gpus: object = None, devices: DeviceSpec = None,
+def train(backend: str | Backend = DEFAULTS["backend"], *, gpus: object = None, devices: DeviceSpec = None,
           model: str = DEFAULTS["model"], dataset: str | Dataset = DEFAULTS["dataset"],
           data_dir: Optional[str | Path] = None, epochs: int = DEFAULTS["epochs"],
           batch_size: int = DEFAULTS["batch_size"], lr: float = DEFAULTS["lr"], seed: int = DEFAULTS["seed"],
@@ -136,10 +136,12 @@ def train(backend: str = DEFAULTS["backend"], *, gpus: object = None, devices: D
     step) and :class:`multidev.Interrupted` is raised. ``dtype="float64"``
     (engines that claim it) gives the truth float32 runs are measured against;
     ``trace`` keeps the parameters of the first steps and of every epoch there
-    (``multidev.divergence``).
+    (``multidev.divergence``). ``backend`` is an installed engine's name or an
+    engine object (one not installed, as the conformance kit may test).
     """
     check_settings(epochs=epochs, batch_size=batch_size, lr=lr, batchnorm=batchnorm)
-    engine = load_backend(backend)
+    check_dtype(dtype)
+    engine = load_backend(backend) if isinstance(backend, str) else backend
     chosen = resolve_devices(gpus=gpus, devices=devices, gpu_count=engine.gpu_count(),
                              max_cpu=engine.max_cpu_devices())
     if shard_weights is not None:
@@ -159,14 +161,12 @@ def train(backend: str = DEFAULTS["backend"], *, gpus: object = None, devices: D
             first = position.epoch
         if first > epochs:
             raise MultidevError(f"nothing to train: {resume} is already at epoch {first - 1}; raise --epochs")
-    check_dtype(dtype, engine.capabilities)
-    extra = {"dtype": dtype} if dtype != "float32" else {}  # engines without float64 need not know the word
-    replicas = engine.replicate(spec, state, chosen, batchnorm=batchnorm, **extra)
+    replicas = replicate(engine, Setup(spec, tuple(chosen), batchnorm, dtype), state)
     steps_per_epoch = num_batches(len(data.x_train), batch_size)
     tracer = Trace(trace, spec) if trace is not None else None
     result = Result(backend=engine.name, devices=[str(d) for d in chosen], model=model, dataset=data.name,
                     batch_size=batch_size, lr=float(lr), seed=seed, batchnorm=batchnorm,
-                    test_total=len(data.x_test), epochs=history, version=engine.version())
+                    test_total=len(data.x_test), epochs=history, version=engine_version(engine))
 
     def save(epoch: int, position: Optional[Position] = None) -> None:
         ckpt.save(checkpoint, spec, replicas.state(), epoch=epoch, seed=seed, backend=engine.name,

@@ -2,9 +2,9 @@
 
 import pytest
 
-import multidev
 import numpy as np
 
+import multidev
 from multidev.testing import CROSS_ENGINE_RTOL, LENET, RESNET, batch
 
 # The whole SGD update as one vector, GPU against CPU. Engines compute float32 in full float32 on
@@ -37,8 +37,8 @@ def test_gpu_step_matches_cpu(name, spec):
     start = spec.init(0)
     updates = []
     for device in ("gpu:0", "cpu:0"):
-        reps = engine.replicate(spec, start, [multidev.Device.parse(device)])
-        reps.train_step(reps.split_batch(x, y, [12]), lr=0.1)
+        reps = multidev.replicate(engine, multidev.Setup(spec, [multidev.Device.parse(device)]), start)
+        reps.train_step(reps.place(multidev.cut(x, y, [12])), lr=0.1)
         after = reps.state()
         updates.append(np.concatenate([(after[n] - start[n]).ravel() for n in spec.trainable()]))
     err = np.linalg.norm(updates[0] - updates[1]) / np.linalg.norm(updates[1])

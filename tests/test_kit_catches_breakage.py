@@ -1,59 +1,48 @@
-"""The kit must fail, naming the promise, when an engine breaks one (checked on the PyTorch engine)."""
+"""The kit must fail, naming the promise, when an engine breaks one (checked on the fake engine's faults)."""
 
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
-KIT_TESTS = Path(__file__).resolve().parents[1] / "backends" / "torch" / "tests" / "test_conformance.py"
+from multidev.testing.fake import FAULTS
 
-BREAKAGES = {
-    "drop the remainder of a batch": ("""
-        orig = R.split_batch
-        def broken(self, x, y, sizes):
-            k = len(sizes); b = len(x) - len(x) % k
-            if b == 0:
-                return orig(self, x, y, sizes)
-            return orig(self, x[:b], None if y is None else y[:b], [b // k] * k)
-        R.split_batch = broken
-        """, "test_split_follows_core_rule", "split: batch 3 on 2 devices"),
-    "skip the running-statistics sync": (
-        "R._sync_statistics = lambda self, active: None",
-        "test_replicas_identical_after_steps and local", "replicate: replicas drift apart"),
-    "count a test sample twice": ("""
-        from multidev.protocol import StepStats
-        orig = R.evaluate
-        def broken(self, batch):
-            s = orig(self, batch)
-            return StepStats(s.loss_sum, s.correct, s.count + (len(batch) > 1))
-        R.evaluate = broken
-        """, "test_every_sample_counted_once", "evaluation counted"),
-    "skip gradient aggregation": (
-        "R._allreduce = lambda self, active: None",
-        "test_float32_gradients_equal_float64_truth and lenet-11", "aggregation: lenet gradient (local BatchNorm, float32) on 2 device(s)"),
-    "weigh shards 1/k instead of n_i/B": ("""
-        import inspect, textwrap, multidev_torch.parallel as P
-        source = textwrap.dedent(inspect.getsource(R._backward_float32))
-        source = source.replace("[loss / total for loss in losses]",
-                                "[loss / batch[i].size / len(active) for loss, i in zip(losses, active)]")
-        namespace = dict(vars(P))
-        exec(source, namespace)
-        R._backward_float32 = namespace["_backward_float32"]
-        """, "test_float32_gradients_equal_float64_truth and lenet-11",
-        "aggregation: lenet gradient (local BatchNorm, float32) on 2 device(s), batch 11 cut [6, 5]"),
+#: fault -> (the kit's checks to run, what the failure must say)
+CAUGHT_BY = {
+    "drop-remainder": ("test_each_device_holds_its_shard", "placement: batch 5 on 2 devices, device 0 holds rows"),
+    "skip-broadcast": ("test_replicas_identical_after_steps and local", "replicate: replicas drift apart"),
+    "count-twice": ("test_every_sample_counted_once", "evaluation counted"),
+    "skip-allreduce": ("test_float32_gradients_equal_float64_truth and lenet-11",
+                       "aggregation: lenet gradient (local BatchNorm, float32) on 2 device(s)"),
+    "weigh-1/k": ("test_float32_gradients_equal_float64_truth and lenet-11",
+                  "aggregation: lenet gradient (local BatchNorm, float32) on 2 device(s), batch 11 cut [6, 5]"),
 }
 
+KIT_ON_A_BROKEN_ENGINE = '''
+import pytest
+from multidev.testing import Conformance
+from multidev.testing.fake import FakeEngine
 
-@pytest.mark.parametrize("what", sorted(BREAKAGES))
-def test_kit_names_the_broken_promise(what, tmp_path):
-    patch, selection, message = BREAKAGES[what]
-    script = tmp_path / "run_broken.py"
-    script.write_text("import sys, pytest\nfrom multidev_torch.parallel import TorchReplicas as R\n"
-                      + textwrap.dedent(patch) + "\n"
-                      + f"sys.exit(pytest.main(['-q', '-x', '-p', 'no:cacheprovider', {str(KIT_TESTS)!r}, "
-                      + f"'-k', {selection!r}]))\n")
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 1, f"the kit did not notice: {what}\n{proc.stdout[-2000:]}"
+
+class TestBrokenEngine(Conformance):
+    accuracy_device_counts = ()
+
+    @pytest.fixture(scope="class")
+    def engine(self):
+        return FakeEngine(fault={fault!r})
+'''
+
+
+def test_every_fault_is_tried():
+    assert set(CAUGHT_BY) == set(FAULTS)
+
+
+@pytest.mark.parametrize("fault", sorted(CAUGHT_BY))
+def test_kit_names_the_broken_promise(fault, tmp_path):
+    selection, message = CAUGHT_BY[fault]
+    tests = tmp_path / "test_broken.py"
+    tests.write_text(KIT_ON_A_BROKEN_ENGINE.format(fault=fault))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(tests),
+                           "-k", selection], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 1, f"the kit did not notice: {fault}\n{proc.stdout[-2000:]}"
     assert message in proc.stdout, proc.stdout[-3000:]

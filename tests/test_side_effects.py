@@ -1,4 +1,4 @@
-"""Importing an engine changes nothing in the process: no environment variable, no framework-wide flag."""
+"""Importing an engine, or creating its object, changes nothing in the process: no environment variable, no framework-wide flag."""
 
 import subprocess
 import sys
@@ -18,19 +18,20 @@ PROBE = {  # what each framework keeps process-wide that an engine might be temp
 
 
 @pytest.mark.parametrize("name", sorted(PROBE))
-def test_import_changes_no_environment_and_no_global_flag(name):
+def test_import_and_creation_change_no_environment_and_no_global_flag(name):
     if name not in installed_backends():
         pytest.skip(f"the {name} engine is not installed")
     code = textwrap.dedent(f"""
         import os, sys
         {PROBE[name]}
         before = (dict(os.environ), flags)
-        import multidev_{name}
+        import multidev, multidev_{name}
+        multidev.load_backend("{name}")  # the engine object, as the core creates it
         {PROBE[name]}
         assert dict(os.environ) == before[0], "environment changed: " + str(set(os.environ.items()) ^ set(before[0].items()))
         assert flags == before[1], f"global flags changed: {{before[1]}} -> {{flags}}"
         if "{name}" == "mxnet":
-            assert "mxnet" not in sys.modules, "import multidev_mxnet loaded MXNet"
+            assert "mxnet" not in sys.modules, "creating the mxnet engine loaded MXNet"
         print("ok")
         """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -20,7 +20,8 @@ from ..shard import split
 from . import layers
 from .network import Run, Sequential, build
 
-__all__ = ["Run", "Sequential", "backward", "build", "gradients", "layers", "predict", "relu_inputs", "sgd_step"]
+__all__ = ["Run", "Sequential", "backward", "build", "gradients", "layers", "predict", "relu_inputs", "sgd_step",
+           "train_step"]
 
 
 def backward(model: Sequential, run: Run, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray],
@@ -58,14 +59,21 @@ def gradients(spec: ModelSpec, state: State, x: np.ndarray, y: np.ndarray, sizes
 def sgd_step(spec: ModelSpec, state: State, x: np.ndarray, y: np.ndarray, lr: float,
              sizes: Optional[Sequence[int]] = None, batchnorm: str = "local", dtype=np.float64) -> State:
     """The state after one plain SGD step of the contract, running statistics included, in ``dtype``."""
+    return train_step(spec, state, x, y, lr, sizes, batchnorm, dtype)[0]
+
+
+def train_step(spec: ModelSpec, state: State, x: np.ndarray, y: np.ndarray, lr: float,
+               sizes: Optional[Sequence[int]] = None, batchnorm: str = "local",
+               dtype=np.float64) -> tuple[State, float, int]:
+    """(new state, loss sum, correct) of one SGD step: :func:`sgd_step` with the step's training-mode sums."""
     xs, ys = _shards(x, y, sizes, dtype)
     replicas = _copies(spec, state, len(xs), dtype)
     run = Run(replicas, train=True, sync=batchnorm == "sync", update_stats=True)
-    grads = backward(build(spec), run, xs, ys, len(x))[2]
+    loss, correct, grads = backward(build(spec), run, xs, ys, len(x))
     new = {name: replicas[0][name] - dtype(lr) * grads[name] for name in spec.trainable()}
     for name in spec.statistics():  # every shard here has data: all devices are active
         new[name] = running_statistic([r[name] for r in replicas], range(len(replicas)), batchnorm == "sync")
-    return new
+    return new, loss, correct
 
 
 def predict(spec: ModelSpec, state: State, x: np.ndarray, dtype=np.float64) -> np.ndarray:

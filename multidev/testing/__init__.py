@@ -8,9 +8,9 @@ from ._helpers import (LENET, RESNET, assert_states_close, assert_states_equal, 
                        max_rel_error)
 from .kit import (ACCURACY_FLOOR, CROSS_ENGINE_RTOL, FLOAT64_RTOL, KINK_SAFETY, SAME_ENGINE_RTOL, AccuracyChecks,
                   AggregationChecks, BatchNormChecks, CheckpointChecks, Conformance, EngineFixtures, EvaluationChecks,
-                  ParityChecks, ReplicateChecks, SplitChecks)
+                  ParityChecks, PlacementChecks, ReplicateChecks)
 
 __all__ = ["ACCURACY_FLOOR", "AccuracyChecks", "AggregationChecks", "BatchNormChecks", "CROSS_ENGINE_RTOL",
            "CheckpointChecks", "Conformance", "EngineFixtures", "EvaluationChecks", "FLOAT64_RTOL", "KINK_SAFETY",
-           "LENET", "ParityChecks", "RESNET", "ReplicateChecks", "SAME_ENGINE_RTOL", "SplitChecks",
+           "LENET", "ParityChecks", "PlacementChecks", "RESNET", "ReplicateChecks", "SAME_ENGINE_RTOL",
            "assert_states_close", "assert_states_equal", "batch", "conv2d_nchw", "kink_margin", "max_rel_error"]

@@ -7,6 +7,14 @@ An engine opts in from its own tests::
     class TestMyEngine(Conformance):
         backend = "my-engine"
 
+or hands the kit an engine object that need not be installed, by overriding
+the ``engine`` fixture (as fsspec's abstract test classes take theirs)::
+
+    class TestMyEngine(Conformance):
+        @pytest.fixture(scope="class")
+        def engine(self):
+            return MyBackend()
+
 The classes have no ``Test`` prefix, so pytest collects them only through a
 subclass. Checks that need a capability the engine does not claim are
 skipped with the reason; no check asks which engine it is testing.
@@ -24,9 +32,9 @@ from ..data import synthetic
 from ..devices import resolve_devices
 from ..errors import MultidevError
 from ..models import BN_MOMENTUM, ModelSpec
-from ..protocol import Backend, Replicas
+from ..protocol import Backend, Replicas, Setup, replicate
 from ..registry import installed, load_backend
-from ..shard import shard_bounds, shard_sizes
+from ..shard import cut, shard_bounds, shard_sizes
 from .. import reference
 from ..train import evaluate, train
 from ._helpers import (LENET, RESNET, assert_states_close, assert_states_equal, batch, conv2d_nchw, kink_margin,
@@ -45,15 +53,16 @@ FLOAT64_RTOL = 1e-6
 
 
 class EngineFixtures:
-    """What an engine's test class supplies: its name, and the device counts it can offer."""
+    """What an engine's test class supplies: its name or an ``engine`` fixture, and the device counts it offers."""
 
     backend: ClassVar[str] = ""
     device_counts: ClassVar[Sequence[int]] = (1, 2, 3, 4)
 
     @pytest.fixture(scope="class")
     def engine(self) -> Backend:
+        """The engine under test: the installed one called ``backend``; override it to test an object."""
         if not self.backend:
-            pytest.skip("set `backend` on the subclass")
+            pytest.skip("set `backend` on the subclass, or override the `engine` fixture")
         return load_backend(self.backend)
 
     def counts(self, engine: Backend) -> list[int]:
@@ -72,35 +81,39 @@ class EngineFixtures:
     def make(self, engine: Backend, spec: ModelSpec, k: int, batchnorm: str = "local", seed: int = 0,
              state=None, dtype: str = "float32") -> Replicas:
         devices = resolve_devices(devices=k, gpu_count=engine.gpu_count(), max_cpu=engine.max_cpu_devices())
-        extra = {"dtype": dtype} if dtype != "float32" else {}  # engines without float64 need not know the word
         try:
-            return engine.replicate(spec, spec.init(seed) if state is None else state, devices,
-                                    batchnorm=batchnorm, **extra)
+            return replicate(engine, Setup(spec, tuple(devices), batchnorm, dtype),
+                             spec.init(seed) if state is None else state)
         except MultidevError as exc:
             if dtype == "float32":
                 raise
             pytest.skip(f"{engine.name} declines {dtype} here: {exc}")  # an engine may decline a combination
 
 
-class SplitChecks(EngineFixtures):
-    """contract: Split: contiguous shards, numpy.array_split sizes, nothing dropped or repeated."""
+class PlacementChecks(EngineFixtures):
+    """contract: Split: device i holds exactly the shard the core cut for it, nothing dropped, repeated or moved.
 
-    def test_split_follows_core_rule(self, engine):
+    The split rule itself is the core's (``multidev.shard``) and is tested
+    there; an engine only places shards, so a few cuts show that it places
+    them all: uneven, empty (more devices than rows) and weighted.
+    """
+
+    def test_each_device_holds_its_shard(self, engine):
         for k in self.counts(engine):
             reps = self.make(engine, LENET, k)
-            for size in range(1, 65):
+            for size in (1, 2, 5, 8, 13):
                 x = np.broadcast_to(np.arange(size, dtype=np.float32)[:, None, None, None],
                                     (size, *LENET.in_shape)).copy()
                 y = np.arange(size) % LENET.num_classes
                 for weights in (None, [i + 1 for i in range(k)]):
                     sizes = shard_sizes(size, k, weights)
-                    shards = reps.shards(reps.split_batch(x, y, sizes))
-                    assert len(shards) == k, f"split: {k} devices but {len(shards)} shards"
+                    shards = reps.shards(reps.place(cut(x, y, sizes)))
+                    assert len(shards) == k, f"placement: {k} devices but {len(shards)} shards"
                     for i, ((a, b), shard) in enumerate(zip(shard_bounds(sizes), shards)):
                         rows = shard[:, 0, 0, 0] if len(shard) else np.zeros(0)
                         assert list(rows) == list(range(a, b)), (
-                            f"split: batch {size} on {k} devices, device {i} holds rows {list(rows)[:8]}, "
-                            f"the rule gives rows {a}..{b - 1} (a sample dropped, repeated or moved)")
+                            f"placement: batch {size} on {k} devices, device {i} holds rows {list(rows)[:8]}, "
+                            f"its shard is rows {a}..{b - 1} (a sample dropped, repeated or moved)")
 
 
 class ReplicateChecks(EngineFixtures):
@@ -123,7 +136,7 @@ class ReplicateChecks(EngineFixtures):
         reps = self.make(engine, RESNET, k, batchnorm=batchnorm)
         for step in range(3):
             x, y = batch(RESNET, 2 * k + 1, seed=step)  # uneven shards
-            reps.train_step(reps.split_batch(x, y, shard_sizes(len(x), k)), lr=0.1)
+            reps.train_step(reps.place(cut(x, y, shard_sizes(len(x), k))), lr=0.1)
         assert_states_equal(reps.replica_states(),
                             promise=f"replicate: replicas drift apart after 3 steps (batchnorm={batchnorm}); "
                                     f"are gradients aggregated and running statistics averaged?")
@@ -159,7 +172,7 @@ class AggregationChecks(EngineFixtures):
             sizes = shard_sizes(len(x), k)
             want = reference.gradients(spec, state, x, y, sizes, batchnorm)
             reps = self.make(engine, spec, k, batchnorm=batchnorm, state=state, dtype=dtype)
-            got = reps.gradients(reps.split_batch(x, y, sizes))
+            got = reps.gradients(reps.place(cut(x, y, sizes)))
             assert_states_close(got, want, rtol=rtol,
                                 promise=f"aggregation: {spec.name} gradient ({batchnorm} BatchNorm, {dtype}) on "
                                         f"{k} device(s), batch {len(x)} cut {sizes}, is not the float64 truth")
@@ -189,7 +202,7 @@ class AggregationChecks(EngineFixtures):
         sizes = shard_sizes(7, k)
         want = reference.sgd_step(RESNET, RESNET.init(0), x, y, 0.1, sizes, batchnorm)
         reps = self.make(engine, RESNET, k, batchnorm=batchnorm, dtype="float64")
-        reps.train_step(reps.split_batch(x, y, sizes), lr=0.1)
+        reps.train_step(reps.place(cut(x, y, sizes)), lr=0.1)
         assert_states_close(reps.state(), want, rtol=FLOAT64_RTOL,
                             promise=f"aggregation: one float64 ResNet-18 step ({batchnorm} BatchNorm) on {k} devices, "
                                     f"cut {sizes}, is not the float64 truth")
@@ -199,7 +212,7 @@ class AggregationChecks(EngineFixtures):
         for k in self.counts(engine):
             want = reference.sgd_step(spec, state, x, y, 0.2)
             reps = self.make(engine, spec, k, state=state)
-            reps.train_step(reps.split_batch(x, y, shard_sizes(len(x), k)), lr=0.2)
+            reps.train_step(reps.place(cut(x, y, shard_sizes(len(x), k))), lr=0.2)
             assert_states_close(reps.state(), want, rtol=SAME_ENGINE_RTOL,
                                 promise=f"aggregation: the SGD step on {k} device(s) is not the float64 truth")
 
@@ -211,7 +224,7 @@ class BatchNormChecks(EngineFixtures):
         x, y = batch(RESNET, 9, seed=5)
         state = RESNET.init(0)
         reps = self.make(engine, RESNET, k, batchnorm=batchnorm)
-        reps.train_step(reps.split_batch(x, y, shard_sizes(9, k)), lr=0.1)
+        reps.train_step(reps.place(cut(x, y, shard_sizes(9, k))), lr=0.1)
         conv = conv2d_nchw(x, state["stem.conv.weight"], padding=1)
         return reps.state(), conv
 
@@ -249,7 +262,7 @@ class EvaluationChecks(EngineFixtures):
                 loss, acc, total = evaluate(reps, x, y, batch_size=batch_size)
                 assert total == 37, f"evaluation: {total} samples counted of 37 on {k} devices"
                 assert abs(acc - want_acc) < 1e-9, f"evaluation: accuracy on {k} devices differs from one device"
-            logits = reps.predict(reps.split_batch(x, None, shard_sizes(37, k)))
+            logits = reps.predict(reps.place(cut(x, None, shard_sizes(37, k))))
             assert logits.shape == (37, LENET.num_classes), f"evaluation: predict gave shape {logits.shape}"
             if want_logits is None:
                 want_logits = logits
@@ -264,7 +277,7 @@ class CheckpointChecks(EngineFixtures):
         reps = self.make(engine, spec, 1)
         for step in range(2):
             x, y = batch(spec, 8, seed=10 + step)
-            reps.train_step(reps.split_batch(x, y, [8]), lr=0.05)
+            reps.train_step(reps.place(cut(x, y, [8])), lr=0.05)
         return reps
 
     @pytest.mark.parametrize("spec", [LENET, RESNET], ids=["lenet", "resnet18"])
@@ -272,24 +285,23 @@ class CheckpointChecks(EngineFixtures):
         source = self._trained(engine, spec)
         path = ckpt.save(tmp_path / "model.npz", spec, source.state(), epoch=1, seed=0)
         x, _ = batch(spec, 6, seed=99)
-        want = source.predict(source.split_batch(x, None, [6]))
-        for name in installed():
-            other = load_backend(name)
+        want = source.predict(source.place(cut(x, None, [6])))
+        for other in [engine] + [load_backend(n) for n in installed() if n != engine.name]:
             loaded_spec, state, _ = ckpt.load(path)
             reps = self.make(other, loaded_spec, 1, state=state)
-            got = reps.predict(reps.split_batch(x, None, [6]))
-            tol = SAME_ENGINE_RTOL if name == engine.name else CROSS_ENGINE_RTOL
+            got = reps.predict(reps.place(cut(x, None, [6])))
+            tol = SAME_ENGINE_RTOL if other is engine else CROSS_ENGINE_RTOL
             err = max_rel_error(got, want)
-            assert err <= tol, (f"checkpoint: written by {engine.name}, loaded by {name}, "
+            assert err <= tol, (f"checkpoint: written by {engine.name}, loaded by {other.name}, "
                                 f"predictions differ by {err:.1e} (tolerance {tol:.0e})")
 
     def test_resume_equals_uninterrupted_run(self, engine, tmp_path):
         data = synthetic(n_train=40, n_test=12, shape=LENET.in_shape)
         k = 2 if 2 in self.counts(engine) else 1
         kwargs = dict(devices=k, model="lenet", dataset=data, batch_size=16, lr=0.05, seed=4)
-        train(engine.name, epochs=2, checkpoint=tmp_path / "straight.npz", **kwargs)
-        train(engine.name, epochs=1, checkpoint=tmp_path / "split.npz", **kwargs)
-        resumed = train(engine.name, epochs=2, resume=tmp_path / "split.npz", checkpoint=tmp_path / "split.npz",
+        train(engine, epochs=2, checkpoint=tmp_path / "straight.npz", **kwargs)
+        train(engine, epochs=1, checkpoint=tmp_path / "split.npz", **kwargs)
+        resumed = train(engine, epochs=2, resume=tmp_path / "split.npz", checkpoint=tmp_path / "split.npz",
                         **kwargs)
         _, want, meta = ckpt.load(tmp_path / "straight.npz")
         _, got, meta_resumed = ckpt.load(tmp_path / "split.npz")
@@ -322,7 +334,7 @@ class AccuracyChecks(EngineFixtures):
         if not counts:
             pytest.skip(f"{engine.name} opts out of training runs (accuracy_device_counts is empty)")
         for k in counts:
-            result = train(engine.name, devices=k)
+            result = train(engine, devices=k)
             assert result.test_total == 360
             assert settled_accuracy(result) >= ACCURACY_FLOOR, (
                 f"accuracy: {engine.name} on {k} device(s) reaches {settled_accuracy(result):.3f} at best in its "
@@ -349,8 +361,8 @@ class ParityChecks(EngineFixtures):
 
         def run(e: Backend):
             reps = self.make(e, spec, 1)
-            logits = reps.predict(reps.split_batch(x, None, [6]))
-            return logits, reps.evaluate(reps.split_batch(x, y, [6])).loss_sum
+            logits = reps.predict(reps.place(cut(x, None, [6])))
+            return logits, reps.evaluate(reps.place(cut(x, y, [6]))).loss_sum
 
         logits, loss = run(engine)
         for other in self.others(engine):
@@ -361,6 +373,6 @@ class ParityChecks(EngineFixtures):
                 f"parity: {spec.name} loss of {engine.name} ({loss:.6f}) and {other.name} ({o_loss:.6f}) differ")
 
 
-class Conformance(SplitChecks, ReplicateChecks, AggregationChecks, BatchNormChecks, EvaluationChecks,
+class Conformance(PlacementChecks, ReplicateChecks, AggregationChecks, BatchNormChecks, EvaluationChecks,
                   CheckpointChecks, ParityChecks, AccuracyChecks):
-    """Every promise of docs/contract.md; subclass it with ``backend = "name"``."""
+    """Every promise of docs/contract.md; subclass it with ``backend = "name"`` or an ``engine`` fixture."""

@@ -2,36 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
-import jax
+from multidev.engine import Setup, State
 
-from multidev.engine import Device, ModelSpec, State, check_batchnorm, check_dtype
-
-from .devices import configure_cpu_devices, cpu_devices, gpu_devices
+from .devices import configure_cpu_devices, cpu_devices, cpu_devices_note, gpu_devices
 from .parallel import JaxReplicas
 
 
 class JaxBackend:
+    """Creating it changes nothing; JAX's CPU device count is set on the first call, when a run starts."""
+
     name = "jax"
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64"})
+    frameworks = ("jax", "jaxlib", "flax", "optax")
 
-    def __init__(self) -> None:
-        configure_cpu_devices()  # must happen before the first JAX operation (see devices.py)
-
-    def version(self) -> str:
-        from importlib.metadata import version
-        return (f"multidev-jax {version('multidev-jax')}, jax {jax.__version__}, flax {version('flax')}, "
-                f"optax {version('optax')}")
+    def settings(self) -> dict[str, str]:
+        configure_cpu_devices()
+        return {"cpu devices": cpu_devices_note(),
+                "float64": "JAX's 64-bit mode is switched on for float64 runs only, and off again after each call"}
 
     def gpu_count(self) -> int:
+        configure_cpu_devices()  # the run's first question: JAX starts here
         return len(gpu_devices())
 
     def max_cpu_devices(self) -> Optional[int]:
-        return len(cpu_devices())  # fixed when JAX started
+        configure_cpu_devices()
+        return len(cpu_devices())
 
-    def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
-                  batchnorm: str = "local", dtype: str = "float32") -> JaxReplicas:
-        check_batchnorm(batchnorm)
-        check_dtype(dtype, self.capabilities)
-        return JaxReplicas(spec, state, devices, batchnorm, dtype)
+    def replicate(self, setup: Setup, state: State) -> JaxReplicas:
+        configure_cpu_devices()
+        return JaxReplicas(setup, state)

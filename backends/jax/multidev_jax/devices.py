@@ -1,11 +1,13 @@
 """multidev device names to JAX devices, and how many virtual CPU devices JAX offers.
 
 JAX fixes its number of host (CPU) devices when its backend starts, on the
-first JAX operation; afterwards the count cannot change in that process. So
-the engine sets the count when it is created, while JAX has not started yet:
-``MULTIDEV_JAX_CPU_DEVICES`` if set, else :data:`DEFAULT_CPU_DEVICES` (enough
-for the conformance kit's 4; unused devices cost nothing measurable). A count
+first JAX operation; afterwards the count cannot change in that process. The
+engine's setting is ``MULTIDEV_JAX_CPU_DEVICES`` (default
+:data:`DEFAULT_CPU_DEVICES`: enough for the conformance kit's 4; unused
+devices cost nothing measurable). It is applied when a run starts (the
+engine's first call), never at import or when the engine is created; a count
 the user already gave JAX (``jax_num_cpu_devices`` or ``XLA_FLAGS``) is kept.
+If JAX started before, its count stands and :func:`cpu_devices_note` says so.
 """
 
 from __future__ import annotations
@@ -38,15 +40,34 @@ def requested_cpu_devices() -> Optional[int]:
     return DEFAULT_CPU_DEVICES
 
 
+_applied: dict[str, int] = {}  # "set": the count this engine gave JAX; "late": the one it came too late for
+
+
 def configure_cpu_devices() -> None:
     """Set JAX's CPU device count if its backend has not started; a no-op afterwards."""
+    if _applied:
+        return
     wanted = requested_cpu_devices()
-    if wanted is None or jax.config.jax_num_cpu_devices == wanted:
+    if wanted is None:
         return
     try:
         jax.config.update("jax_num_cpu_devices", wanted)
-    except RuntimeError:
-        pass  # JAX already started: its count stands and max_cpu_devices() reports it
+        _applied["set"] = wanted
+    except RuntimeError:  # JAX already started: its count stands and max_cpu_devices() reports it
+        _applied["late"] = wanted
+
+
+def cpu_devices_note() -> str:
+    """How many CPU devices JAX has, where the number came from, and whether it can still change."""
+    have = len(cpu_devices())
+    if "late" in _applied and have != _applied["late"]:
+        return (f"{have}: JAX started before the engine could set {_applied['late']} ({ENV}); "
+                f"the count is fixed once JAX starts, so set {ENV} before anything uses JAX")
+    if "set" not in _applied:
+        source = "JAX's own setting, kept"
+    else:
+        source = f"from {ENV}" if os.environ.get(ENV, "").strip() else f"the default; {ENV} changes it"
+    return f"{have} ({source}; fixed once JAX starts)"
 
 
 def cpu_devices() -> list[jax.Device]:

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Hashable, Optional, Sequence
+from typing import Any, Hashable
 
 import jax
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from multidev.engine import Device, ModelSpec, MultidevError, State, StepStats, shard_bounds
+from multidev.engine import MultidevError, Setup, Shards, State, StepStats
 
 from .compiled import Compiler
 from .devices import AXIS, jax_devices, mesh
@@ -65,15 +65,11 @@ def scoped(method):
 
 
 class JaxReplicas:
-    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str,
-                 dtype: str = "float32") -> None:
-        self.dtype = np.dtype(dtype)
-        self.spec = spec
-        self.devices = tuple(devices)
-        self.sync = batchnorm == "sync"
-        self._places = tuple(jax_devices(self.devices))
+    def __init__(self, setup: Setup, state: State) -> None:
+        self.setup, self.spec, self.sync, self.dtype = setup, setup.spec, setup.sync, setup.np_dtype
+        self._places = tuple(jax_devices(setup.devices))
         self.mesh = mesh(self._places)
-        self._steps = steps(spec, self.sync, self.mesh)
+        self._steps = steps(self.spec, self.sync, self.mesh)
         self._compiler = Compiler()
         self._replicated = NamedSharding(self.mesh, P())
         self._sharded = NamedSharding(self.mesh, P(AXIS))
@@ -96,26 +92,25 @@ class JaxReplicas:
 
     # Shard -----------------------------------------------------------------
     @scoped
-    def split_batch(self, x: np.ndarray, y: Optional[np.ndarray], sizes: Sequence[int]) -> Batch:
-        sizes = tuple(int(s) for s in sizes)
-        k = len(self._places)
-        if len(sizes) != k or sum(sizes) != len(x) or min(sizes) < 0:
-            raise MultidevError(f"shard sizes {list(sizes)} do not cut a batch of {len(x)} rows over {k} devices")
+    def place(self, shards: Shards) -> Batch:
+        sizes, k = shards.sizes, len(self._places)
+        if len(sizes) != k:
+            raise MultidevError(f"{len(sizes)} shards for {k} devices: cut the batch with multidev.shard_sizes")
         length = -(-max(1, *sizes) // ALIGN) * ALIGN
-        if all(n == length for n in sizes):  # even shards: no padding, no copy
-            images = np.ascontiguousarray(x, self.dtype)
-            labels = np.zeros(len(x), np.int32) if y is None else np.asarray(y, np.int32)
+        if all(n == length for n in sizes):  # even shards: no padding
+            images = np.concatenate(shards.x, dtype=self.dtype)
+            labels = np.zeros(k * length, np.int32) if shards.y is None else np.concatenate(shards.y, dtype=np.int32)
         else:
-            images = np.zeros((k * length, *x.shape[1:]), self.dtype)
+            images = np.zeros((k * length, *self.spec.in_shape), self.dtype)
             labels = np.zeros(k * length, np.int32)
-            for i, (a, b) in enumerate(shard_bounds(sizes)):
-                images[i * length:i * length + b - a] = x[a:b]
-                if y is not None:
-                    labels[i * length:i * length + b - a] = y[a:b]
+            for i, n in enumerate(sizes):
+                images[i * length:i * length + n] = shards.x[i]
+                if shards.y is not None:
+                    labels[i * length:i * length + n] = shards.y[i]
         if sizes not in self._device_sizes:  # an epoch has two or three distinct splits: place each once
             self._device_sizes[sizes] = jax.device_put(np.asarray(sizes, np.int32), self._sharded)
         images, labels = jax.device_put((images, labels), self._sharded)
-        return Batch(images, labels, self._device_sizes[sizes], sizes, length, y is not None)
+        return Batch(images, labels, self._device_sizes[sizes], sizes, length, shards.y is not None)
 
     @scoped
     def shards(self, batch: Batch) -> list[np.ndarray]:
@@ -144,7 +139,7 @@ class JaxReplicas:
     @scoped
     def evaluate(self, batch: Batch) -> StepStats:
         if not batch.labelled:
-            raise MultidevError("evaluate needs labels: pass y to split_batch")
+            raise MultidevError("evaluate needs labels: cut the batch with its labels")
         loss_sum, correct, count = jax.device_get(self._evaluate(batch)[1:])
         return StepStats(float(loss_sum), int(correct), int(count))
 

@@ -10,6 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
+import multidev
 from multidev import Device, ModelSpec, MultidevError, load_backend, resolve_devices, shard_sizes
 from multidev.models import BN_MOMENTUM
 from multidev.shard import shard_bounds
@@ -29,7 +30,7 @@ def engine():
 
 def make(engine, spec: ModelSpec, k: int, batchnorm: str = "local"):
     devices = resolve_devices(devices=k, max_cpu=engine.max_cpu_devices())
-    return engine.replicate(spec, spec.init(0), devices, batchnorm=batchnorm)
+    return multidev.replicate(engine, multidev.Setup(spec, devices, batchnorm=batchnorm), spec.init(0))
 
 
 # Devices -----------------------------------------------------------------
@@ -69,13 +70,14 @@ def test_more_devices_than_jax_started_with_is_a_clear_error(start, started_with
     proc = run_python(f"""
         import sys, jax
         {start}
+        import multidev
         from multidev import Device, ModelSpec, MultidevError, load_backend
         from multidev.cli import main
         engine = load_backend("jax")
         print("offers", engine.max_cpu_devices())
         spec = ModelSpec("lenet", (1, 16, 16), 10)
         try:
-            engine.replicate(spec, spec.init(0), [Device("cpu", i) for i in range({k})])
+            multidev.replicate(engine, multidev.Setup(spec, [Device("cpu", i) for i in range({k})]), spec.init(0))
         except MultidevError as exc:
             print("replicate:", exc)
         sys.exit(main(["train", "--backend", "jax", "--devices", "{k}", "--no-progress"]))""")
@@ -86,11 +88,19 @@ def test_more_devices_than_jax_started_with_is_a_clear_error(start, started_with
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"multidev: error: {k} CPU devices asked for"), lines
+    proc = run_python(f"""
+        import jax
+        {start}
+        from multidev.cli import main
+        main(["backends"])""")
+    assert f"cpu devices: {started_with}" in proc.stdout, proc.stdout + proc.stderr
+    if "config.update" not in start:
+        assert "JAX started before the engine could set 8" in proc.stdout, proc.stdout
 
 
 def test_mixed_device_kinds_are_refused(engine):
     with pytest.raises(MultidevError, match="one kind of device"):
-        engine.replicate(RESNET, RESNET.init(0), [Device("cpu", 0), Device("gpu", 0)])
+        multidev.replicate(engine, multidev.Setup(RESNET, [Device("cpu", 0), Device("gpu", 0)]), RESNET.init(0))
 
 
 # Compilation -------------------------------------------------------------
@@ -101,15 +111,15 @@ def test_compile_seconds_paid_once_per_shape(engine):
     x, y = batch(spec, 10, seed=1)
     first = make(engine, spec, 2)
     assert first.compile_seconds == 0.0
-    first.train_step(first.split_batch(x, y, shard_sizes(10, 2)), lr=0.1)
+    first.train_step(first.place(multidev.cut(x, y, shard_sizes(10, 2))), lr=0.1)
     assert first.compile_seconds > 0, "the first step compiles and reports it"
     paid, executables = first.compile_seconds, cached_count()
-    first.train_step(first.split_batch(x, y, shard_sizes(10, 2)), lr=0.05)  # new lr: no recompile
+    first.train_step(first.place(multidev.cut(x, y, shard_sizes(10, 2))), lr=0.05)  # new lr: no recompile
     x9, y9 = batch(spec, 9, seed=2)  # 5 + 4 rows pad to the same 8-aligned shard length
-    first.train_step(first.split_batch(x9, y9, shard_sizes(9, 2)), lr=0.1)
+    first.train_step(first.place(multidev.cut(x9, y9, shard_sizes(9, 2))), lr=0.1)
     assert first.compile_seconds == paid and cached_count() == executables
     second = make(engine, spec, 2)
-    second.train_step(second.split_batch(x, y, shard_sizes(10, 2)), lr=0.1)
+    second.train_step(second.place(multidev.cut(x, y, shard_sizes(10, 2))), lr=0.1)
     assert second.compile_seconds == 0.0 and cached_count() == executables, "a second replica set recompiled"
 
 
@@ -117,7 +127,7 @@ def test_compile_seconds_paid_once_per_shape(engine):
 def test_padding_never_reaches_the_host(engine):
     x, y = batch(RESNET, 3, seed=3)
     reps = make(engine, RESNET, 4)
-    shards = reps.shards(reps.split_batch(x, y, shard_sizes(3, 4)))
+    shards = reps.shards(reps.place(multidev.cut(x, y, shard_sizes(3, 4))))
     assert [len(s) for s in shards] == [1, 1, 1, 0]
     assert np.array_equal(np.concatenate(shards), x)
 
@@ -126,7 +136,7 @@ def test_local_statistics_skip_empty_shards(engine):
     """3 samples on 4 devices: running statistics average the 3 devices that saw data, not 4."""
     x, y = batch(RESNET, 3, seed=4)
     reps = make(engine, RESNET, 4)
-    reps.train_step(reps.split_batch(x, y, shard_sizes(3, 4)), lr=0.1)
+    reps.train_step(reps.place(multidev.cut(x, y, shard_sizes(3, 4))), lr=0.1)
     conv = conv2d_nchw(x, RESNET.init(0)["stem.conv.weight"], padding=1)
     shards = [conv[a:b] for a, b in shard_bounds(shard_sizes(3, 4)) if b > a]
     m = BN_MOMENTUM

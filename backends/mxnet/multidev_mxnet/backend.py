@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional
 
-from multidev.engine import Device, ModelSpec, State, check_batchnorm, check_dtype
+from multidev.engine import Setup, State
 
-from .runtime import mxnet, threads_note
+from .runtime import THREADS_ENV, mxnet, threads_note
+
+if TYPE_CHECKING:
+    from .parallel import MXNetReplicas
 
 
 class MXNetBackend:
+    """Creating it loads nothing: MXNet loads on the first call that needs it (see runtime.py)."""
+
     name = "mxnet"
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64"})
+    frameworks = ("mxnet",)
 
-    def version(self) -> str:
-        from importlib.metadata import version
-        mx = mxnet()
-        return f"multidev-mxnet {version('multidev-mxnet')}, mxnet {mx.__version__}, {threads_note()}"
+    def settings(self) -> dict[str, str]:
+        mxnet()  # the thread count is fixed when MXNet loads: say what it became
+        return {"threads": f"{threads_note()} (read once, when MXNet loads: set {THREADS_ENV} before it "
+                           f"loads, as `multidev train --threads N` does)"}
 
     def gpu_count(self) -> int:
         mx = mxnet()
@@ -28,9 +34,6 @@ class MXNetBackend:
     def max_cpu_devices(self) -> Optional[int]:
         return None  # MXNet's cpu(i) contexts: any number in one process
 
-    def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
-                  batchnorm: str = "local", dtype: str = "float32") -> "MXNetReplicas":
-        check_batchnorm(batchnorm)
-        check_dtype(dtype, self.capabilities)
+    def replicate(self, setup: Setup, state: State) -> "MXNetReplicas":
         from .parallel import MXNetReplicas  # loads MXNet on first use (see runtime.py)
-        return MXNetReplicas(spec, state, devices, batchnorm, dtype)
+        return MXNetReplicas(setup, state)

@@ -5,7 +5,7 @@ context and a ``Trainer`` whose kvstore sums the contexts' gradients, applies
 SGD once and hands every context the same new weights. Three things are added
 to reach the contract (docs/contract.md) exactly:
 
-- the split is the core's (``multidev.shard``), not ``split_and_load``'s;
+- the core hands over shards already cut by its rule, not ``split_and_load``'s;
 - shard i's loss is its summed cross-entropy divided by the whole batch B and
   the Trainer steps with ``batch_size=1``, so the kvstore's sum is the gradient
   of the mean loss (weights n_i / B, exact for uneven shards);
@@ -25,7 +25,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from multidev.engine import Device, ModelSpec, MultidevError, State, StepStats, run_lockstep, split
+from multidev.engine import (Device, DeviceShard, MultidevError, Setup, Shards, State, StepStats, run_lockstep,
+                             statistic_sources)
 
 from .batchnorm import StatsExchange
 from .model import batchnorms, build, canonical_params, hybridize, trace
@@ -45,15 +46,8 @@ def kvstore_type(contexts: Sequence[mx.Context]) -> str:
     return "device" if any(c.device_type == "gpu" for c in contexts) else "local"
 
 
-@dataclass
-class Shard:
-    host: np.ndarray              # the rows the core's rule gave this device
-    x: Optional[mx.nd.NDArray]    # on the device; None for an empty shard
-    y: Optional[mx.nd.NDArray]    # labels in the network's dtype, as Gluon's losses take them
-
-    @property
-    def size(self) -> int:
-        return int(self.host.shape[0])
+#: On its context; x is None for an empty shard. Labels in the network's dtype, as Gluon's losses take them.
+Shard = DeviceShard[Optional[mx.nd.NDArray]]
 
 
 @dataclass
@@ -64,13 +58,10 @@ class ShardOutput:
 
 
 class MXNetReplicas:
-    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str,
-                 dtype: str = "float32") -> None:
-        self.dtype = np.dtype(dtype)
-        self.spec = spec
-        self.devices = tuple(devices)
-        self.sync = batchnorm == "sync"
-        self.contexts = [mx_context(d) for d in self.devices]
+    def __init__(self, setup: Setup, state: State) -> None:
+        self.setup, self.spec, self.sync, self.dtype = setup, setup.spec, setup.sync, setup.np_dtype
+        spec = self.spec
+        self.contexts = [mx_context(d) for d in setup.devices]
         if self.dtype != np.float32 and self.sync and len(self.contexts) > 1:
             # Measured: the threads of the statistics exchange never finish a float64 step (MXNet 1.9.1).
             raise MultidevError("the mxnet engine runs float64 with local BatchNorm or on one device only: "
@@ -79,7 +70,7 @@ class MXNetReplicas:
         try:
             self.net.initialize(mx.init.Zero(), ctx=self.contexts)  # values come from load_state
         except mx.base.MXNetError as exc:
-            raise MultidevError(f"MXNet cannot use {', '.join(map(str, self.devices))}: "
+            raise MultidevError(f"MXNet cannot use {', '.join(map(str, setup.devices))}: "
                                 f"{str(exc).splitlines()[0]}; name other devices") from None
         if self.dtype != np.float32:
             self.net.cast(self.dtype.name)  # MXNet's CPU operators have float64 kernels (not its oneDNN ones)
@@ -98,16 +89,14 @@ class MXNetReplicas:
         self.load_state(state)
 
     # Shard -----------------------------------------------------------------
-    def split_batch(self, x: np.ndarray, y: Optional[np.ndarray], sizes: Sequence[int]) -> list[Shard]:
-        xs = split(x, sizes)
-        ys = split(y, sizes) if y is not None else [None] * len(sizes)
-        return [Shard(xi,
-                      nd.array(xi, ctx=ctx, dtype=self.dtype) if len(xi) else None,
-                      nd.array(yi, ctx=ctx, dtype=self.dtype) if yi is not None and len(yi) else None)
-                for xi, yi, ctx in zip(xs, ys, self.contexts)]
+    def place(self, shards: Shards) -> list[Shard]:
+        ys = shards.y if shards.y is not None else [None] * len(shards.x)
+        return [Shard(nd.array(xi, ctx=ctx, dtype=self.dtype) if len(xi) else None,
+                      nd.array(yi, ctx=ctx, dtype=self.dtype) if yi is not None and len(yi) else None, len(xi))
+                for xi, yi, ctx in zip(shards.x, ys, self.contexts)]
 
     def shards(self, batch: list[Shard]) -> list[np.ndarray]:
-        return [s.x.asnumpy() if s.x is not None else s.host.copy() for s in batch]
+        return [s.x.asnumpy() if s.x is not None else np.zeros((0, *self.spec.in_shape), self.dtype) for s in batch]
 
     # Forward / backward ----------------------------------------------------
     def _shard_forward(self, shard: Shard, total: int) -> ShardOutput:
@@ -153,25 +142,25 @@ class MXNetReplicas:
     def _sync_statistics(self, active: list[int]) -> None:
         """Make every context's running statistics the same (contract: BatchNorm), through a kvstore.
 
-        Local: the average over the contexts that saw data. Sync: the whole
-        batch's statistic, blended in on the leading context. One ``pushpull``
-        sums the sources and writes the sum to every context: ~10x faster than
-        copying 2 x 20 small arrays one by one.
+        The rule (which contexts, what factor) is the core's ``statistic_sources``;
+        the sum is the kvstore's: one ``pushpull`` sums the sources and writes
+        the sum to every context, ~10x faster than copying 2 x 20 small arrays
+        one by one. Under sync BatchNorm the whole batch's statistic is first
+        blended in on the leading context.
         """
         if len(self.contexts) == 1:
             return
-        sources = [self.contexts[i] for i in active]
         if self.sync and len(active) > 1:
             for bn in self._bns:
                 bn.fold_batch_statistics()
-            sources = sources[:1]
+        sources, scale = statistic_sources(active, self.sync)
         keys = list(range(len(self._statistics)))
-        self._stats_kv.pushpull(keys, [[p.data(c) for c in sources] for p in self._statistics],
+        self._stats_kv.pushpull(keys, [[p.data(self.contexts[i]) for i in sources] for p in self._statistics],
                                 out=[p.list_data() for p in self._statistics])
-        if len(sources) > 1:
+        if scale != 1.0:
             for param in self._statistics:
                 for arr in param.list_data():
-                    arr *= 1.0 / len(sources)
+                    arr *= scale
 
     def _snapshot(self) -> list[list[mx.nd.NDArray]]:
         return [[a.copy() for a in p.list_data()] for p in self._statistics]

@@ -15,6 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
+import multidev
 from multidev import load_backend, shard_sizes
 from multidev.devices import resolve_devices
 from multidev.models import BN_EPS, BN_MOMENTUM
@@ -50,7 +51,7 @@ def test_import_multidev_loads_no_mxnet_and_no_numpy_bool():
         had_bool = "bool" in np.__dict__
         engine = multidev.load_backend("mxnet")
         assert "mxnet" not in sys.modules, "creating the engine loaded mxnet"
-        engine.version()
+        engine.gpu_count()
         assert "mxnet" in sys.modules
         print(had_bool, "bool" in np.__dict__, np.__version__)
     """)
@@ -67,7 +68,7 @@ def test_thread_count_is_reported_and_the_environment_left_alone(given):
         logging.basicConfig(level=logging.INFO)
         import multidev
         engine = multidev.load_backend("mxnet")
-        print(engine.version())
+        print(engine.settings()["threads"])
         print(os.environ.get("OMP_NUM_THREADS", "unset"))
     """, OMP_NUM_THREADS=given)
     version, after = proc.stdout.strip().splitlines()
@@ -89,8 +90,8 @@ def test_the_command_gives_mxnet_every_core():
         sys.exit(main(["backends"]))
     """, OMP_NUM_THREADS=None)
     cores = len(os.sched_getaffinity(0))
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("mxnet:"))
-    assert f"OMP_NUM_THREADS={cores} from the environment" in line, line
+    listing = proc.stdout.split("mxnet:", 1)[1]
+    assert f"threads: OMP_NUM_THREADS={cores} from the environment" in listing, proc.stdout
 
 
 def test_sync_batchnorm_does_not_hang():
@@ -101,11 +102,11 @@ def test_sync_batchnorm_does_not_hang():
         engine = multidev.load_backend("mxnet")
         # uneven shards, then a batch smaller than the device count (two of three contexts busy)
         for k, size in [(2, 9), (3, 2)]:
-            reps = engine.replicate(RESNET, RESNET.init(0), resolve_devices(devices=k), batchnorm="sync")
+            reps = multidev.replicate(engine, multidev.Setup(RESNET, resolve_devices(devices=k), "sync"), RESNET.init(0))
             for step in range(2):
                 x, y = batch(RESNET, size, seed=step)
-                reps.train_step(reps.split_batch(x, y, multidev.shard_sizes(size, k)), lr=0.1)
-            reps.gradients(reps.split_batch(x, y, multidev.shard_sizes(size, k)))
+                reps.train_step(reps.place(multidev.cut(x, y, multidev.shard_sizes(size, k))), lr=0.1)
+            reps.gradients(reps.place(multidev.cut(x, y, multidev.shard_sizes(size, k))))
         print("ok")
     """)
     assert proc.stdout.strip() == "ok"
@@ -139,28 +140,28 @@ def test_mxnet_batchnorm_follows_core_conventions(engine):
 def test_step_with_fewer_samples_than_devices(engine, spec, batchnorm):
     """Idle contexts hand the kvstore a zero gradient: the step is one device's and replicas agree."""
     x, y = batch(spec, 1, seed=3)
-    one = engine.replicate(spec, spec.init(0), resolve_devices(devices=1), batchnorm=batchnorm)
-    reps = engine.replicate(spec, spec.init(0), resolve_devices(devices=3), batchnorm=batchnorm)
+    one = multidev.replicate(engine, multidev.Setup(spec, resolve_devices(devices=1), batchnorm=batchnorm), spec.init(0))
+    reps = multidev.replicate(engine, multidev.Setup(spec, resolve_devices(devices=3), batchnorm=batchnorm), spec.init(0))
     for _ in range(2):  # twice: a stale gradient from the first step must not leak into the second
-        one.train_step(one.split_batch(x, y, [1]), lr=0.1)
-        reps.train_step(reps.split_batch(x, y, shard_sizes(1, 3)), lr=0.1)
+        one.train_step(one.place(multidev.cut(x, y, [1])), lr=0.1)
+        reps.train_step(reps.place(multidev.cut(x, y, shard_sizes(1, 3))), lr=0.1)
     assert_states_equal(reps.replica_states(), promise="idle contexts drift from the active one")
     assert_states_close(reps.state(), one.state(), rtol=SAME_ENGINE_RTOL,
                         promise="a step with idle contexts is not one device's step")
 
 
 def test_gradients_leave_running_statistics_alone(engine):
-    reps = engine.replicate(RESNET, RESNET.init(0), resolve_devices(devices=2))
+    reps = multidev.replicate(engine, multidev.Setup(RESNET, resolve_devices(devices=2)), RESNET.init(0))
     before = reps.state()
     x, y = batch(RESNET, 6)
-    reps.gradients(reps.split_batch(x, y, shard_sizes(6, 2)))
+    reps.gradients(reps.place(multidev.cut(x, y, shard_sizes(6, 2))))
     assert_states_equal([reps.state(), before], promise="gradients() changed the model")
 
 
 def test_devices_are_mxnet_contexts(engine):
-    reps = engine.replicate(LENET, LENET.init(0), resolve_devices(devices=["cpu:0", "cpu:2"]))
+    reps = multidev.replicate(engine, multidev.Setup(LENET, resolve_devices(devices=["cpu:0", "cpu:2"])), LENET.init(0))
     assert [str(c) for c in reps.contexts] == ["cpu(0)", "cpu(2)"]
-    shards = reps.split_batch(*batch(LENET, 5), [3, 2])
+    shards = reps.place(multidev.cut(batch(LENET, 5)[0], batch(LENET, 5)[1], [3, 2]))
     assert [str(s.x.context) for s in shards] == ["cpu(0)", "cpu(2)"]
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
-from multidev.engine import Device, ModelSpec, State, check_batchnorm, check_dtype
+from multidev.engine import Setup, State
 
 from .parallel import TorchReplicas
 
@@ -14,10 +14,11 @@ from .parallel import TorchReplicas
 class TorchBackend:
     name = "torch"
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64"})
+    frameworks = ("torch",)
 
-    def version(self) -> str:
-        from importlib.metadata import version
-        return f"multidev-torch {version('multidev-torch')}, torch {torch.__version__}"
+    def settings(self) -> dict[str, str]:
+        return {"threads": f"{torch.get_num_threads()} (torch's own setting; this engine leaves it alone)",
+                "tf32": "off: cuDNN's TF32 flag is switched off for each step on a GPU and restored after"}
 
     def gpu_count(self) -> int:
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -25,8 +26,5 @@ class TorchBackend:
     def max_cpu_devices(self) -> Optional[int]:
         return None  # CPU devices are replicas on the host: any number
 
-    def replicate(self, spec: ModelSpec, state: State, devices: Sequence[Device], *,
-                  batchnorm: str = "local", dtype: str = "float32") -> TorchReplicas:
-        check_batchnorm(batchnorm)
-        check_dtype(dtype, self.capabilities)
-        return TorchReplicas(spec, state, devices, batchnorm, getattr(torch, dtype))
+    def replicate(self, setup: Setup, state: State) -> TorchReplicas:
+        return TorchReplicas(setup, state)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
+from typing import Iterator
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from multidev.engine import AllGather, Device, ModelSpec, State, StepStats, run_lockstep, running_statistic, split
+from multidev.engine import (AllGather, Device, DeviceShard, Setup, Shards, State, StepStats, run_lockstep,
+                             running_statistic)
 
 from .batchnorm import BatchNorm
 from .model import build
@@ -27,40 +27,29 @@ def torch_device(device: Device) -> torch.device:
     return torch.device("cuda", device.index) if device.kind == "gpu" else torch.device("cpu")
 
 
-@dataclass
-class Shard:
-    x: torch.Tensor
-    y: Optional[torch.Tensor]
-
-    @property
-    def size(self) -> int:
-        return int(self.x.shape[0])
+Shard = DeviceShard[torch.Tensor]
 
 
 class TorchReplicas:
     compile_seconds = 0.0
 
-    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str,
-                 dtype: torch.dtype = torch.float32) -> None:
-        self.dtype = dtype
-        self.spec = spec
-        self.devices = tuple(devices)
-        self.sync = batchnorm == "sync"
-        self._places = [torch_device(d) for d in self.devices]
+    def __init__(self, setup: Setup, state: State) -> None:
+        self.setup, self.spec, self.sync = setup, setup.spec, setup.sync
+        self.dtype = getattr(torch, setup.dtype)
+        self._places = [torch_device(d) for d in setup.devices]
         self._cuda = any(place.type == "cuda" for place in self._places)
-        base = build(spec)
-        self.models = [copy.deepcopy(base).to(place, dtype) for place in self._places]
+        base = build(self.spec)
+        self.models = [copy.deepcopy(base).to(place, self.dtype) for place in self._places]
         self.load_state(state)
         self.optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in self.models]
         self._bns = [[m for m in model.modules() if isinstance(m, BatchNorm)] for model in self.models]
 
     # Shard -----------------------------------------------------------------
-    def split_batch(self, x: np.ndarray, y: Optional[np.ndarray], sizes: Sequence[int]) -> list[Shard]:
-        xs = split(x, sizes)
-        ys = split(y, sizes) if y is not None else [None] * len(sizes)
+    def place(self, shards: Shards) -> list[Shard]:
+        ys = shards.y if shards.y is not None else [None] * len(shards.x)
         return [Shard(torch.from_numpy(np.ascontiguousarray(xi)).to(place, self.dtype),
-                      None if yi is None else torch.from_numpy(np.ascontiguousarray(yi)).to(place))
-                for xi, yi, place in zip(xs, ys, self._places)]
+                      None if yi is None else torch.from_numpy(np.ascontiguousarray(yi)).to(place), len(xi))
+                for xi, yi, place in zip(shards.x, ys, self._places)]
 
     def shards(self, batch: list[Shard]) -> list[np.ndarray]:
         return [s.x.cpu().numpy() for s in batch]

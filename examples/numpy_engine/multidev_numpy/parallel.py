@@ -8,45 +8,29 @@ BatchNorm), exactly where real devices would exchange data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Sequence
-
 import numpy as np
 
-from multidev.engine import Device, ModelSpec, State, StepStats, running_statistic, split
+from multidev.engine import DeviceShard, Setup, Shards, State, StepStats, running_statistic
 from multidev.reference import Run, backward, build, layers
 
-
-@dataclass
-class Shard:
-    x: np.ndarray
-    y: Optional[np.ndarray]
-
-    @property
-    def size(self) -> int:
-        return len(self.x)
+Shard = DeviceShard[np.ndarray]
 
 
 class NumpyReplicas:
     compile_seconds = 0.0  # nothing is compiled
 
-    def __init__(self, spec: ModelSpec, state: State, devices: Sequence[Device], batchnorm: str,
-                 dtype: np.dtype = np.dtype(np.float32)) -> None:
-        self.dtype = dtype
-        self.spec = spec
-        self.devices = tuple(devices)
-        self.sync = batchnorm == "sync"
-        self.model = build(spec)
+    def __init__(self, setup: Setup, state: State) -> None:
+        self.setup, self.spec, self.dtype = setup, setup.spec, setup.np_dtype
+        self.model = build(self.spec)
         self.replicas: list[State] = []
         self.load_state(state)
 
     # Shard -----------------------------------------------------------------
-    def split_batch(self, x: np.ndarray, y: Optional[np.ndarray], sizes: Sequence[int]) -> list[Shard]:
-        # The core's rule (contiguous rows, numpy.array_split sizes). The copy is the
-        # "transfer to the device": a shard must not alias the caller's batch.
-        xs = split(np.asarray(x, self.dtype), sizes)
-        ys = split(y, sizes) if y is not None else [None] * len(sizes)
-        return [Shard(xi.copy(), None if yi is None else np.asarray(yi, np.int64).copy()) for xi, yi in zip(xs, ys)]
+    def place(self, shards: Shards) -> list[Shard]:
+        # The copy is the "transfer to the device": a shard must not alias the caller's batch.
+        ys = shards.y if shards.y is not None else [None] * len(shards.x)
+        return [Shard(np.array(xi, self.dtype), None if yi is None else np.array(yi, np.int64), len(xi))
+                for xi, yi in zip(shards.x, ys)]
 
     def shards(self, batch: list[Shard]) -> list[np.ndarray]:
         return [s.x for s in batch]
@@ -55,7 +39,7 @@ class NumpyReplicas:
     def _run(self, batch: list[Shard], train: bool, update_stats: bool = True) -> tuple[Run, list[int]]:
         """A pass over the devices with data; a device with an empty shard sits the step out."""
         active = [i for i, s in enumerate(batch) if s.size > 0]
-        return Run([self.replicas[i] for i in active], train, self.sync, update_stats), active
+        return Run([self.replicas[i] for i in active], train, self.setup.sync, update_stats), active
 
     def _backward(self, batch: list[Shard], update_stats: bool) -> tuple[StepStats, list[int], State]:
         """The gradient of the mean loss over the whole batch, summed over the devices (AllReduce)."""
@@ -72,7 +56,7 @@ class NumpyReplicas:
     def _sync_statistics(self, active: list[int]) -> None:
         """Average the running statistics over the devices that saw data, copy to all (contract: BatchNorm)."""
         for name in self.spec.statistics():
-            value = running_statistic([replica[name] for replica in self.replicas], active, self.sync)
+            value = running_statistic([replica[name] for replica in self.replicas], active, self.setup.sync)
             for replica in self.replicas:
                 replica[name] = value.copy()
 
@@ -116,4 +100,4 @@ class NumpyReplicas:
         self.spec.check(state)
         # One independent float32 copy per device: updating one replica must never touch another.
         self.replicas = [{p.name: np.array(state[p.name], self.dtype) for p in self.spec.params()}
-                         for _ in self.devices]
+                         for _ in self.setup.devices]

@@ -43,9 +43,9 @@ def test_gradients_agree_with_every_other_engine(model, shape):
     dtype = "float64" if model == "resnet18" else "float32"
 
     def gradients(name):
-        reps = multidev.load_backend(name).replicate(spec, spec.init(1), multidev.resolve_devices(devices=1),
-                                                     **({"dtype": dtype} if dtype != "float32" else {}))
-        return reps.gradients(reps.split_batch(x, y, [len(x)]))
+        setup = multidev.Setup(spec, multidev.resolve_devices(devices=1), dtype=dtype)
+        reps = multidev.replicate(multidev.load_backend(name), setup, spec.init(1))
+        return reps.gradients(reps.place(multidev.cut(x, y, [len(x)])))
 
     want = gradients("numpy")
     for name in others:
