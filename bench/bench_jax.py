@@ -43,9 +43,10 @@ def main() -> None:
     args = parse()
     counts = [int(c) for c in args.devices.split(",")]
     os.environ.setdefault("MULTIDEV_JAX_CPU_DEVICES", str(max(8, *counts)))
-    from multidev import load_backend  # the engine sets JAX's CPU device count before JAX starts
+    from multidev import load_backend
 
     engine = load_backend("jax")
+    engine.max_cpu_devices()  # the run starts: the engine gives JAX its CPU device count before JAX starts
     import jax
 
     from multidev.registry import engine_version

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from multidev import MultidevError, shard_bounds, shard_sizes, split
+from multidev import MultidevError, cut, shard_bounds, shard_sizes, split
 
 
 @pytest.mark.parametrize("k", range(1, 9))
@@ -50,3 +50,12 @@ def test_bad_weights_are_user_errors(weights):
 def test_split_rejects_sizes_that_do_not_cover_the_batch():
     with pytest.raises(MultidevError):
         split(np.arange(5), [2, 2])
+
+
+def test_cut_hands_each_device_its_rows_and_labels_in_device_order():
+    x, y = np.arange(10).reshape(5, 2), np.arange(5) * 10
+    shards = cut(x, y, shard_sizes(5, 4, [1, 0, 1, 1]))
+    assert shards.sizes == (2, 0, 2, 1) and shards.total == 5 and shards.active == [0, 2, 3]
+    assert [list(part[:, 0]) for part in shards.x] == [[0, 2], [], [4, 6], [8]]
+    assert [list(part) for part in shards.y] == [[0, 10], [], [20, 30], [40]]
+    assert cut(x, None, [5]).y is None  # prediction: no labels

@@ -220,24 +220,33 @@ class AggregationChecks(EngineFixtures):
 class BatchNormChecks(EngineFixtures):
     """contract: BatchNorm: local statistics are each shard's own; sync statistics are the whole batch's."""
 
-    def _stem_statistics(self, engine, batchnorm: str, k: int):
-        x, y = batch(RESNET, 9, seed=5)
+    def _stem_statistics(self, engine, batchnorm: str, k: int, size: int = 9):
+        x, y = batch(RESNET, size, seed=5)
         state = RESNET.init(0)
         reps = self.make(engine, RESNET, k, batchnorm=batchnorm)
-        reps.train_step(reps.place(cut(x, y, shard_sizes(9, k))), lr=0.1)
+        reps.train_step(reps.place(cut(x, y, shard_sizes(size, k))), lr=0.1)
         conv = conv2d_nchw(x, state["stem.conv.weight"], padding=1)
         return reps.state(), conv
 
-    def test_local_statistics_are_each_shards_own(self, engine):
-        k = 2 if 2 in self.multi(engine) else max(self.multi(engine))
-        got, conv = self._stem_statistics(engine, "local", k)
-        shards = [conv[a:b] for a, b in shard_bounds(shard_sizes(9, k))]
+    def _check_local(self, engine, k: int, size: int, promise: str) -> None:
+        got, conv = self._stem_statistics(engine, "local", k, size)
+        shards = [conv[a:b] for a, b in shard_bounds(shard_sizes(size, k)) if b > a]
         means = np.mean([s.mean(axis=(0, 2, 3)) for s in shards], axis=0)
         variances = np.mean([s.var(axis=(0, 2, 3)) for s in shards], axis=0)
         m = BN_MOMENTUM
         assert_states_close(got, {"stem.bn.running_mean": m * means, "stem.bn.running_var": (1 - m) + m * variances},
                             rtol=SAME_ENGINE_RTOL, names=["stem.bn.running_mean", "stem.bn.running_var"],
-                            promise="batchnorm local: running statistics are not the average of each shard's own")
+                            promise=promise)
+
+    def test_local_statistics_are_each_shards_own(self, engine):
+        k = 2 if 2 in self.multi(engine) else max(self.multi(engine))
+        self._check_local(engine, k, 9, "batchnorm local: running statistics are not the average of each shard's own")
+
+    def test_local_statistics_skip_empty_shards(self, engine):
+        """Fewer rows than devices: the average is over the devices that saw data (the core's rule, or JAX's psum)."""
+        k = max(self.multi(engine))
+        self._check_local(engine, k, k - 1, f"batchnorm local: {k - 1} rows on {k} devices, running statistics are "
+                                            f"not the average over the {k - 1} devices that saw data")
 
     def test_sync_statistics_are_whole_batch(self, engine):
         self.require(engine, "sync_batchnorm")

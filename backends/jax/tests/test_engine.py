@@ -12,9 +12,7 @@ import pytest
 
 import multidev
 from multidev import Device, ModelSpec, MultidevError, load_backend, resolve_devices, shard_sizes
-from multidev.models import BN_MOMENTUM
-from multidev.shard import shard_bounds
-from multidev.testing import RESNET, SAME_ENGINE_RTOL, assert_states_close, batch, conv2d_nchw
+from multidev.testing import RESNET, batch
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -130,20 +128,3 @@ def test_padding_never_reaches_the_host(engine):
     shards = reps.shards(reps.place(multidev.cut(x, y, shard_sizes(3, 4))))
     assert [len(s) for s in shards] == [1, 1, 1, 0]
     assert np.array_equal(np.concatenate(shards), x)
-
-
-def test_local_statistics_skip_empty_shards(engine):
-    """3 samples on 4 devices: running statistics average the 3 devices that saw data, not 4."""
-    x, y = batch(RESNET, 3, seed=4)
-    reps = make(engine, RESNET, 4)
-    reps.train_step(reps.place(multidev.cut(x, y, shard_sizes(3, 4))), lr=0.1)
-    conv = conv2d_nchw(x, RESNET.init(0)["stem.conv.weight"], padding=1)
-    shards = [conv[a:b] for a, b in shard_bounds(shard_sizes(3, 4)) if b > a]
-    m = BN_MOMENTUM
-    want = {"stem.bn.running_mean": m * np.mean([s.mean(axis=(0, 2, 3)) for s in shards], axis=0),
-            "stem.bn.running_var": (1 - m) + m * np.mean([s.var(axis=(0, 2, 3)) for s in shards], axis=0)}
-    assert_states_close(reps.state(), want, rtol=SAME_ENGINE_RTOL, names=list(want),
-                        promise="local BatchNorm with an empty shard")
-    states = reps.replica_states()
-    assert all(np.isfinite(v).all() for v in states[0].values()), "padding of the empty shard leaked into the step"
-    assert all(np.array_equal(states[0][n], s[n]) for s in states[1:] for n in states[0])
