@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 from .divergence import Divergence, describe_float32, describe_float64, measure
 from .errors import MultidevError
 from .plot import plot_divergence
-from .result import Result, write_text_atomic
+from .result import Result, load_json, write_text_atomic
 from .train import DEFAULTS
 
 
@@ -82,7 +82,7 @@ def run_one(spec: RunSpec, timeout: Optional[float] = None, trace: Optional[Path
             errors = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
             reason = errors[-1] if errors else f"exit code {proc.returncode}"
             return Outcome(spec, error=reason.removeprefix("multidev: error: "), log=lines)
-        return Outcome(spec, result=Result.from_dict(json.loads(path.read_text())), log=lines)
+        return Outcome(spec, result=load_json(path), log=lines)
 
 
 def grid(backends: Sequence[str], device_counts: Sequence[int], **settings) -> list[RunSpec]:

@@ -60,18 +60,20 @@ def _count(value: object, what: str) -> int:
 
 
 def resolve_devices(*, gpus: object = None, devices: DeviceSpec = None, gpu_count: int = 0,
-                    max_cpu: int | None = None) -> list[Device]:
+                    max_cpu: int | None = None, first_gpu: int = 0) -> list[Device]:
     """Turn the user's request into concrete device names.
 
     ``gpu_count`` is what the engine can see; ``max_cpu`` is how many virtual
-    CPU devices the engine can offer (None: as many as asked).
+    CPU devices the engine can offer (None: as many as asked). ``first_gpu``
+    is this process's place among the processes of its machine: ``gpus=k``
+    then takes GPUs ``first_gpu * k`` to ``first_gpu * k + k - 1``.
     """
     if gpus is not None and devices is not None:
         raise MultidevError("give either gpus or devices, not both")
     if gpus is not None:
         k = _count(gpus, "gpus")
-        if gpu_count >= k:
-            chosen = [Device("gpu", i) for i in range(k)]
+        if gpu_count >= (first_gpu + 1) * k:
+            chosen = [Device("gpu", first_gpu * k + i) for i in range(k)]
         else:
             warnings.warn(f"asked for {k} GPU(s) but {gpu_count} available: "
                           f"using {k} virtual CPU devices instead", DeviceFallbackWarning, stacklevel=3)

@@ -11,12 +11,14 @@ from .devices import Device
 from .errors import MultidevError
 from .lockstep import AllGather, combine_moments, run_lockstep, running_statistic, statistic_sources
 from .models import BN_EPS, BN_MOMENTUM, Block, ModelSpec, Param, State, lenet_flat_features, resnet18_blocks
-from .protocol import CAPABILITIES, DTYPES, Backend, BatchT, ProcessGroup, Replicas, Setup, StepStats
+from .group import Launch
+from .protocol import (CAPABILITIES, DTYPES, Backend, BatchT, MultiProcessBackend, ProcessGroup, Replicas, Setup,
+                       StepStats)
 from .shard import DeviceShard, Shards
 
 __all__ = [
     "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "DTYPES", "Device",
-    "DeviceShard", "ModelSpec", "MultidevError", "Param", "ProcessGroup", "Replicas", "Setup", "Shards", "State",
+    "DeviceShard", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Param", "ProcessGroup", "Replicas", "Setup", "Shards", "State",
     "StepStats", "combine_moments", "lenet_flat_features", "resnet18_blocks", "run_lockstep", "running_statistic",
     "statistic_sources",
 ]

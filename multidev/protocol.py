@@ -12,7 +12,7 @@ docs/writing-a-backend.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from .devices import Device
 from .errors import MultidevError
 from .models import ModelSpec, State
 from .shard import Shards
+
+if TYPE_CHECKING:
+    from .group import Launch
 
 #: Capabilities an engine may claim; the conformance kit skips what is not claimed.
 CAPABILITIES = frozenset({
@@ -185,6 +188,27 @@ class Backend(Protocol):
         Only setups whose ``needs()`` the engine claims reach it. An engine
         may still decline a combination it cannot run with a MultidevError.
         """
+
+
+@runtime_checkable
+class MultiProcessBackend(Backend, Protocol):
+    """What an engine that claims ``multi_process`` adds: its framework's own launcher, runtime and sums."""
+
+    def launch(self, argv: Sequence[str], launch: "Launch") -> None:
+        """Run ``python -m multidev <argv>`` as ``launch.processes`` workers here, through the framework's launcher.
+
+        Returns when every worker has finished. When one fails, the others are
+        stopped and a ``MultidevError`` names its rank and how it ended.
+        """
+
+    def join(self, group: ProcessGroup, local_rank: int) -> None:
+        """Connect this worker to the framework's runtime (the launcher's environment says where)."""
+
+    def leave(self) -> None:
+        """Disconnect at the end of the run."""
+
+    def all_sum(self, values: np.ndarray) -> np.ndarray:
+        """``values`` summed over every process of the group (float64 in, float64 out)."""
 
 
 def replicate(engine: Backend, setup: Setup, state: State) -> Replicas:

@@ -68,3 +68,7 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
 def save_json(result: Result, path: str | Path) -> None:
     write_text_atomic(path, json.dumps(result.to_dict(), indent=2) + "\n")
+
+
+def load_json(path: str | Path) -> Result:
+    return Result.from_dict(json.loads(Path(path).read_text()))

@@ -63,6 +63,9 @@ class Shards:
 
     x: tuple[np.ndarray, ...]
     y: Optional[tuple[np.ndarray, ...]]  # None: no labels (prediction)
+    #: in a group of processes: every device's shard size, rank-major, and this process's first device among them
+    group_sizes: Optional[tuple[int, ...]] = None
+    offset: int = 0
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -70,17 +73,44 @@ class Shards:
 
     @property
     def total(self) -> int:
+        """Rows held by this process's devices."""
         return sum(self.sizes)
 
     @property
+    def batch(self) -> int:
+        """B, the whole minibatch over every process: each shard's loss sum is divided by it."""
+        return sum(self.group_sizes) if self.group_sizes is not None else self.total
+
+    @property
     def active(self) -> list[int]:
-        """The devices with a non-empty shard: the only ones that run a step (contract: Split)."""
+        """This process's devices with a non-empty shard: the only ones that run a step (contract: Split)."""
         return [i for i, n in enumerate(self.sizes) if n > 0]
+
+    @property
+    def group_active(self) -> list[int]:
+        """Every device of the group with a non-empty shard, numbered rank-major."""
+        sizes = self.group_sizes if self.group_sizes is not None else self.sizes
+        return [i for i, n in enumerate(sizes) if n > 0]
 
 
 def cut(x: np.ndarray, y: Optional[np.ndarray], sizes: Sequence[int]) -> Shards:
     """The minibatch ``(x, y)`` cut into contiguous shards of ``sizes`` (from :func:`shard_sizes`)."""
     return Shards(tuple(split(x, sizes)), None if y is None else tuple(split(y, sizes)))
+
+
+def cut_for_process(x: np.ndarray, y: Optional[np.ndarray], index: np.ndarray, sizes: Sequence[int], rank: int,
+                    devices: int) -> Shards:
+    """Process ``rank``'s shards of the minibatch ``x[index]``, cut by ``sizes`` over every device, rank-major.
+
+    Only this process's rows are read; the other processes' sizes come along,
+    because the loss weights (n_i / B) and the running-statistics rule need them.
+    """
+    first = rank * devices
+    start = int(sum(sizes[:first]))
+    mine = list(sizes[first:first + devices])
+    rows = index[start:start + sum(mine)]
+    local = cut(x[rows], None if y is None else y[rows], mine)
+    return Shards(local.x, local.y, tuple(int(s) for s in sizes), first)
 
 
 A = TypeVar("A")

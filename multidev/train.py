@@ -15,12 +15,13 @@ from .data import Dataset, batches, epoch_order, load_dataset, num_batches
 from .devices import DeviceSpec, resolve_devices
 from .errors import MultidevError
 from .divergence import Trace
+from .group import DEFAULT_MASTER, Job, Launch, digest, differing, from_environment
 from .interrupt import Interrupted, stop_at_step_boundary
 from .models import ModelSpec
 from .protocol import Backend, Replicas, Setup, check_batchnorm, check_dtype, replicate
 from .registry import engine_version, load_backend
 from .result import EpochRecord, Result
-from .shard import cut, shard_sizes
+from .shard import shard_sizes
 
 #: The quick start's settings: ResNet-18 on digits passes 0.95 test accuracy in well under two minutes here.
 DEFAULTS = {"backend": "torch", "model": "resnet18", "dataset": "digits", "epochs": 10, "batch_size": 128,
@@ -42,13 +43,16 @@ def check_settings(*, epochs: object, batch_size: object, lr: object, batchnorm:
 
 
 def evaluate(replicas: Replicas, x: np.ndarray, y: np.ndarray, batch_size: int,
-             weights: Optional[Sequence[float]] = None) -> tuple[float, float, int]:
-    """(mean loss, accuracy, samples counted) over a whole set, in parallel on every device."""
+             weights: Optional[Sequence[float]] = None, job: Job = Job()) -> tuple[float, float, int]:
+    """(mean loss, accuracy, samples counted) over a whole set, in parallel on every device of every process."""
     k = len(replicas.setup.devices)
-    loss = correct = total = 0
+    sums = np.zeros(3)
     for idx in batches(np.arange(len(x)), batch_size):
-        stats = replicas.evaluate(replicas.place(cut(x[idx], y[idx], shard_sizes(len(idx), k, weights))))
-        loss, correct, total = loss + stats.loss_sum, correct + stats.correct, total + stats.count
+        sizes = shard_sizes(len(idx), k * job.group.size, weights)
+        stats = replicas.evaluate(replicas.place(job.shards(x, y, idx, sizes, k)))
+        sums += (stats.loss_sum, stats.correct, stats.count)
+    loss, correct, total = job.all_sum(sums)  # each process counted its own rows
+    total = int(round(total))
     if total != len(x):  # contract: Evaluation: an engine that drops or repeats samples is broken, not the user
         raise RuntimeError(f"evaluation counted {total} samples, the set has {len(x)}")
     return loss / max(total, 1), correct / max(total, 1), total
@@ -69,12 +73,13 @@ class Position:
 def train_epoch(replicas: Replicas, data: Dataset, *, epoch: int, seed: int, batch_size: int, lr: float,
                 weights: Optional[Sequence[float]] = None, progress: bool = False,
                 start: Optional[Position] = None, stop: object = False,
-                on_step: Optional[Callable[[int, bool], None]] = None) -> tuple[float, float, float]:
+                on_step: Optional[Callable[[int, bool], None]] = None, job: Job = Job()) -> tuple[float, float, float]:
     """One pass over the training set; returns (mean loss, accuracy, seconds without compilation).
 
     ``start`` resumes mid-epoch; when ``stop`` turns true between two steps the
     epoch ends early by raising :class:`_Stopped` with its position.
-    ``on_step(step, last_of_epoch)`` runs after every step.
+    ``on_step(step, last_of_epoch)`` runs after every step. In a job of several
+    processes every rank stops at the same step when any of them got the signal.
     """
     k = len(replicas.setup.devices)
     at = start or Position(epoch)
@@ -94,20 +99,21 @@ def train_epoch(replicas: Replicas, data: Dataset, *, epoch: int, seed: int, bat
         for step, idx in enumerate(batches(order, batch_size), start=1):
             if step <= at.step:
                 continue
-            batch = replicas.place(cut(data.x_train[idx], data.y_train[idx], shard_sizes(len(idx), k, weights)))
-            stats = replicas.train_step(batch, lr)
-            if not math.isfinite(stats.loss_sum):
+            sizes = shard_sizes(len(idx), k * job.group.size, weights)
+            stats = replicas.train_step(replicas.place(job.shards(data.x_train, data.y_train, idx, sizes, k)), lr)
+            loss_sum, correct, count, stopping = job.all_sum(
+                np.array([stats.loss_sum, stats.correct, stats.count, float(bool(stop))]))
+            if not math.isfinite(loss_sum):
                 raise MultidevError(f"training diverged at epoch {epoch}, step {step} (the loss is "
-                                    f"{stats.loss_sum}): lower the learning rate; the checkpoint on disk, if "
+                                    f"{loss_sum}): lower the learning rate; the checkpoint on disk, if "
                                     f"any, is from before")
-            at = Position(epoch, step, at.loss + stats.loss_sum, at.correct + stats.correct, at.seen + stats.count,
-                          at.seconds)
+            at = Position(epoch, step, at.loss + loss_sum, at.correct + int(correct), at.seen + int(count), at.seconds)
             if bar is not None:
                 bar.update()
                 bar.set_postfix(loss=f"{at.loss / at.seen:.3f}", refresh=False)
             if on_step is not None:
                 on_step(step, step == total_steps)
-            if stop and step < total_steps:
+            if stopping and step < total_steps:
                 at.seconds = seconds()
                 raise _Stopped(at)
     finally:
@@ -128,7 +134,8 @@ def train(backend: str | Backend = DEFAULTS["backend"], *, gpus: object = None, 
           batchnorm: str = DEFAULTS["batchnorm"], shard_weights: Optional[Sequence[float]] = None,
           checkpoint: Optional[str | Path] = None, resume: Optional[str | Path] = None,
           progress: bool = False, on_epoch: Optional[Callable[[EpochRecord], None]] = None,
-          dtype: str = "float32", trace: Optional[str | Path] = None) -> Result:
+          dtype: str = "float32", trace: Optional[str | Path] = None, processes: int = 1, nnodes: int = 1,
+          node_rank: int = 0, master: str = DEFAULT_MASTER, json_path: Optional[str | Path] = None) -> Result:
     """Train ``model`` on ``dataset`` with ``backend`` in data parallel over the devices asked for.
 
     SIGINT or SIGTERM stops the run at the next step boundary: the work so far
@@ -138,14 +145,71 @@ def train(backend: str | Backend = DEFAULTS["backend"], *, gpus: object = None, 
     ``trace`` keeps the parameters of the first steps and of every epoch there
     (``multidev.divergence``). ``backend`` is an installed engine's name or an
     engine object (one not installed, as the conformance kit may test).
+
+    ``processes=N`` runs the job as N worker processes on this machine, each
+    with ``devices`` (or ``gpus``) of its own, through the engine's launcher;
+    ``nnodes``, ``node_rank`` and ``master`` span machines. A process started
+    by torchrun, srun or Ray Train joins its job from the environment instead.
+    Rank 0 alone writes ``checkpoint`` and ``json_path``.
     """
     check_settings(epochs=epochs, batch_size=batch_size, lr=lr, batchnorm=batchnorm)
     check_dtype(dtype)
     engine = load_backend(backend) if isinstance(backend, str) else backend
+    joined = from_environment()
+    settings = dict(backend=engine.name, gpus=gpus, devices=devices, model=model, dataset=dataset,
+                    data_dir=data_dir, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, batchnorm=batchnorm,
+                    shard_weights=shard_weights, checkpoint=checkpoint, resume=resume, progress=progress,
+                    dtype=dtype, trace=trace)
+    if processes > 1 or nnodes > 1:
+        if joined is not None:
+            raise MultidevError(f"this process is already rank {joined.group.rank} of {joined.group.size} (started "
+                                f"by a launcher): drop --processes and --nnodes")
+        from .launch import launch_train
+        result = launch_train(engine, Launch(processes, nnodes, node_rank, master), settings, json_path)
+        for record in result.epochs if on_epoch is not None else []:
+            on_epoch(record)
+        return result
+    if joined is None or joined.group.size == 1:
+        result = _run(engine, Job(), **settings, on_epoch=on_epoch)
+    else:
+        result = _run_in_group(engine, joined, settings, on_epoch)
+    if json_path is not None and (joined is None or joined.group.rank == 0):
+        from .result import save_json
+        save_json(result, json_path)
+    return result
+
+
+def _run_in_group(engine: Backend, joined, settings: dict, on_epoch) -> Result:
+    """This worker's share of a job: join the framework's runtime, check that every rank agrees, train."""
+    if "multi_process" not in engine.capabilities:
+        raise MultidevError(f"the {engine.name} engine does not offer multi_process: run one process")
+    engine.join(joined.group, joined.local_rank)  # type: ignore[attr-defined]
+    try:
+        job = Job(joined.group, engine.all_sum)  # type: ignore[attr-defined]
+        digests = [0.0] * joined.group.size
+        # Paths may differ between machines (and only rank 0 writes): the settings that shape the training count.
+        shaping = {k: v for k, v in settings.items() if k not in ("progress", "checkpoint", "trace", "data_dir")}
+        digests[joined.group.rank] = float(digest(dict(shaping, resume=settings["resume"] is not None)))
+        problem = differing(settings, [int(d) for d in job.all_sum(np.array(digests))], joined.group.rank)
+        if problem:
+            raise MultidevError(problem)
+        if not job.writer:  # one writer, one progress bar, one set of epoch lines
+            settings = dict(settings, checkpoint=None, trace=None, progress=False)
+            on_epoch = None
+        return _run(engine, job, **settings, on_epoch=on_epoch, local_rank=joined.local_rank)
+    finally:
+        engine.leave()  # type: ignore[attr-defined]
+
+
+def _run(engine: Backend, job: Job, *, gpus: object, devices: DeviceSpec, model: str, dataset: str | Dataset,
+         data_dir: Optional[str | Path], epochs: int, batch_size: int, lr: float, seed: int, batchnorm: str,
+         shard_weights: Optional[Sequence[float]], checkpoint: Optional[str | Path], resume: Optional[str | Path],
+         progress: bool, on_epoch: Optional[Callable[[EpochRecord], None]], dtype: str,
+         trace: Optional[str | Path], backend: str = "", local_rank: int = 0) -> Result:
     chosen = resolve_devices(gpus=gpus, devices=devices, gpu_count=engine.gpu_count(),
-                             max_cpu=engine.max_cpu_devices())
+                             max_cpu=engine.max_cpu_devices(), first_gpu=local_rank)
     if shard_weights is not None:
-        shard_sizes(0, len(chosen), shard_weights)  # validates the weights up front
+        shard_sizes(0, len(chosen) * job.group.size, shard_weights)  # validates the weights up front
     data = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, data_dir)
     spec = ModelSpec(model, data.shape, data.num_classes)
     state, history, first, position = spec.init(seed), [], 1, None
@@ -161,10 +225,12 @@ def train(backend: str | Backend = DEFAULTS["backend"], *, gpus: object = None, 
             first = position.epoch
         if first > epochs:
             raise MultidevError(f"nothing to train: {resume} is already at epoch {first - 1}; raise --epochs")
-    replicas = replicate(engine, Setup(spec, tuple(chosen), batchnorm, dtype), state)
+    replicas = replicate(engine, Setup(spec, tuple(chosen), batchnorm, dtype, job.group), state)
     steps_per_epoch = num_batches(len(data.x_train), batch_size)
     tracer = Trace(trace, spec) if trace is not None else None
-    result = Result(backend=engine.name, devices=[str(d) for d in chosen], model=model, dataset=data.name,
+    names = [str(d) for d in chosen] if job.group.size == 1 else [
+        f"rank{r}/{d}" for r in range(job.group.size) for d in chosen]
+    result = Result(backend=engine.name, devices=names, model=model, dataset=data.name,
                     batch_size=batch_size, lr=float(lr), seed=seed, batchnorm=batchnorm,
                     test_total=len(data.x_test), epochs=history, version=engine_version(engine))
 
@@ -179,20 +245,20 @@ def train(backend: str | Backend = DEFAULTS["backend"], *, gpus: object = None, 
                     replicas, data, epoch=epoch, seed=seed, batch_size=batch_size, lr=lr, weights=shard_weights,
                     progress=progress, start=position if position and position.epoch == epoch else None, stop=stop,
                     on_step=None if tracer is None else
-                    lambda step, last, e=epoch: tracer((e - 1) * steps_per_epoch + step, last, replicas))
+                    lambda step, last, e=epoch: tracer((e - 1) * steps_per_epoch + step, last, replicas), job=job)
             except _Stopped as stopped:
                 if checkpoint is not None:
                     save(epoch - 1, stopped.position)
                 raise Interrupted(epoch, stopped.position.step, None if checkpoint is None else str(checkpoint),
                                   stop.signum) from None
-            _, test_acc, _ = evaluate(replicas, data.x_test, data.y_test, batch_size, shard_weights)
+            _, test_acc, _ = evaluate(replicas, data.x_test, data.y_test, batch_size, shard_weights, job)
             record = EpochRecord(epoch, loss, train_acc, test_acc, seconds, len(data.x_train) / max(seconds, 1e-9))
             result.epochs.append(record)
             if checkpoint is not None:
                 save(epoch)
             if on_epoch is not None:
                 on_epoch(record)
-            if stop and epoch < epochs:
+            if job.all_sum(np.array([float(bool(stop))]))[0] and epoch < epochs:
                 raise Interrupted(epoch + 1, 0, None if checkpoint is None else str(checkpoint), stop.signum)
     result.compile_seconds = replicas.compile_seconds
     return result

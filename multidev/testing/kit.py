@@ -380,8 +380,3 @@ class ParityChecks(EngineFixtures):
             assert err <= CROSS_ENGINE_RTOL, f"parity: {spec.name} logits of {engine.name} and {other.name} differ by {err:.1e}"
             assert abs(loss - o_loss) <= CROSS_ENGINE_RTOL * abs(o_loss), (
                 f"parity: {spec.name} loss of {engine.name} ({loss:.6f}) and {other.name} ({o_loss:.6f}) differ")
-
-
-class Conformance(PlacementChecks, ReplicateChecks, AggregationChecks, BatchNormChecks, EvaluationChecks,
-                  CheckpointChecks, ParityChecks, AccuracyChecks):
-    """Every promise of docs/contract.md; subclass it with ``backend = "name"`` or an ``engine`` fixture."""

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
+import numpy as np
 import torch
 
-from multidev.engine import Setup, State
+from multidev.engine import Launch, ProcessGroup, Setup, State
 
+from . import distributed
 from .parallel import TorchReplicas
 
 
 class TorchBackend:
     name = "torch"
-    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64"})
+    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process"})
     frameworks = ("torch",)
 
     def settings(self) -> dict[str, str]:
@@ -28,3 +30,19 @@ class TorchBackend:
 
     def replicate(self, setup: Setup, state: State) -> TorchReplicas:
         return TorchReplicas(setup, state)
+
+    # multi_process: torch's elastic launcher and torch.distributed (see distributed.py) -------------------
+    def launch(self, argv: Sequence[str], launch: Launch) -> None:
+        distributed.launch(argv, launch.processes, launch.nnodes, launch.node_rank, launch.master, launch.timeout)
+
+    def join(self, group: ProcessGroup, local_rank: int) -> None:
+        self._gpu = self.gpu_count() > 0
+        if self._gpu:
+            torch.cuda.set_device(local_rank % self.gpu_count())
+        distributed.join(group, self._gpu)
+
+    def leave(self) -> None:
+        distributed.leave()
+
+    def all_sum(self, values: np.ndarray) -> np.ndarray:
+        return distributed.all_sum(values, torch.device("cuda") if getattr(self, "_gpu", False) else None)

@@ -27,15 +27,16 @@ class BatchNorm(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
         self.register_buffer("running_mean", torch.zeros(channels))
         self.register_buffer("running_var", torch.ones(channels))
-        self.exchange: Optional[AllGather] = None
+        self.exchange: Optional[AllGather] = None  # replicas in this process (threads)
         self.rank = 0
+        self.across_processes = False  # sync over the processes of a job (one device each)
         self.update_stats = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training:
             return F.batch_norm(x, self.running_mean, self.running_var, self.gamma, self.beta,
                                 training=False, eps=BN_EPS)
-        if self.exchange is None:
+        if self.exchange is None and not self.across_processes:
             # Local statistics: torch's fused kernel. Its own running update would store the
             # unbiased variance, so the update is done here with the biased one (docs/contract.md).
             out, mean, invstd = torch.native_batch_norm(x, self.gamma, self.beta, None, None, True, 0.0, BN_EPS)
@@ -45,8 +46,15 @@ class BatchNorm(nn.Module):
                     self.running_var.lerp_(invstd.pow(-2) - BN_EPS, BN_MOMENTUM)
             return out
         dims = [0, *range(2, x.dim())]
-        var, mean = torch.var_mean(x, dim=dims, unbiased=False)
-        parts = self.exchange(self.rank, (mean, var, x.numel() // x.shape[1]))
+        count = x.numel() // x.shape[1]
+        if count:
+            var, mean = torch.var_mean(x, dim=dims, unbiased=False)
+        else:  # an empty shard still takes part in the exchange (its weight is 0)
+            mean = var = x.sum(dim=dims)
+        if self.across_processes:
+            parts = self._gather_processes(mean, var, count)
+        else:
+            parts = self.exchange(self.rank, (mean, var, count))
         mean, var = combine_moments(parts, move=lambda t: t.to(x.device))
         if self.update_stats:
             with torch.no_grad():
@@ -55,3 +63,12 @@ class BatchNorm(nn.Module):
         shape = [1, -1] + [1] * (x.dim() - 2)
         scale = self.gamma * torch.rsqrt(var + BN_EPS)
         return (x - mean.view(shape)) * scale.view(shape) + self.beta.view(shape)
+
+    @staticmethod
+    def _gather_processes(mean: torch.Tensor, var: torch.Tensor, count: int) -> list:
+        """Every process's (mean, variance, count), with autograd through torch.distributed."""
+        from .distributed import GatherAll
+        channels = mean.shape[0]
+        rows = GatherAll.apply(torch.cat([mean, var, mean.new_full((1,), float(count))]))
+        counts = [int(c) for c in rows[:, -1].detach().tolist()]
+        return [(row[:channels], row[channels:2 * channels], n) for row, n in zip(rows, counts) if n > 0]

@@ -16,10 +16,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from multidev.engine import (AllGather, Device, DeviceShard, Setup, Shards, State, StepStats, run_lockstep,
-                             running_statistic)
+from multidev.engine import (AllGather, Device, DeviceShard, MultidevError, Setup, Shards, State, StepStats,
+                             run_lockstep, running_statistic, statistic_sources)
 
 from .batchnorm import BatchNorm
+from .distributed import all_sum_tensors
 from .model import build
 
 
@@ -30,11 +31,23 @@ def torch_device(device: Device) -> torch.device:
 Shard = DeviceShard[torch.Tensor]
 
 
+class Batch(list):
+    """The placed shards in device order (a list), and the core's shards they came from."""
+
+    def __init__(self, parts: list[Shard], host: Shards) -> None:
+        super().__init__(parts)
+        self.host = host
+
+
 class TorchReplicas:
     compile_seconds = 0.0
 
     def __init__(self, setup: Setup, state: State) -> None:
         self.setup, self.spec, self.sync = setup, setup.spec, setup.sync
+        self.processes = setup.group.size
+        if self.processes > 1 and self.sync and len(setup.devices) > 1:
+            raise MultidevError("the torch engine syncs BatchNorm across processes with one device per process: "
+                                "use --devices 1 with --processes, or batchnorm local")
         self.dtype = getattr(torch, setup.dtype)
         self._places = [torch_device(d) for d in setup.devices]
         self._cuda = any(place.type == "cuda" for place in self._places)
@@ -43,13 +56,15 @@ class TorchReplicas:
         self.load_state(state)
         self.optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in self.models]
         self._bns = [[m for m in model.modules() if isinstance(m, BatchNorm)] for model in self.models]
+        for bn in self._bns[0]:
+            bn.across_processes = self.processes > 1 and self.sync
 
     # Shard -----------------------------------------------------------------
-    def place(self, shards: Shards) -> list[Shard]:
+    def place(self, shards: Shards) -> Batch:
         ys = shards.y if shards.y is not None else [None] * len(shards.x)
-        return [Shard(torch.from_numpy(np.ascontiguousarray(xi)).to(place, self.dtype),
+        return Batch([Shard(torch.from_numpy(np.ascontiguousarray(xi)).to(place, self.dtype),
                       None if yi is None else torch.from_numpy(np.ascontiguousarray(yi)).to(place), len(xi))
-                for xi, yi, place in zip(shards.x, ys, self._places)]
+                for xi, yi, place in zip(shards.x, ys, self._places)], shards)
 
     def shards(self, batch: list[Shard]) -> list[np.ndarray]:
         return [s.x.cpu().numpy() for s in batch]
@@ -93,9 +108,11 @@ class TorchReplicas:
         with self._full_float32():
             return self._backward_float32(batch)
 
-    def _backward_float32(self, batch: list[Shard]) -> tuple[StepStats, list[int]]:
-        total = sum(s.size for s in batch)
-        active = [i for i, s in enumerate(batch) if s.size > 0]
+    def _backward_float32(self, batch: Batch) -> tuple[StepStats, list[int]]:
+        total = batch.host.batch  # B over every process
+        active = batch.host.active
+        if self.processes > 1 and self.sync:
+            active = list(range(len(batch)))  # an empty shard still joins every BatchNorm exchange
         for model in self.models:
             model.train()
             model.zero_grad(set_to_none=True)
@@ -105,7 +122,9 @@ class TorchReplicas:
         torch.autograd.backward([loss / total for loss in losses])
         self._allreduce(active)
         correct = sum(int((logits[i].argmax(1) == batch[i].y).sum()) for i in active)
-        return StepStats(float(sum(loss.item() for loss in losses)), correct, total), active
+        if self.processes > 1:
+            self._allreduce_processes()
+        return StepStats(float(sum(loss.item() for loss in losses)), correct, batch.host.total), active
 
     def _allreduce(self, active: list[int]) -> None:
         """Sum the active replicas' gradients and give every replica the sum."""
@@ -127,6 +146,30 @@ class TorchReplicas:
                     total.add_(per_replica[i].grad.to(total.device))
                 for p in per_replica:
                     p.grad = total if p.device == total.device else total.to(p.device)
+
+    def _allreduce_processes(self) -> None:
+        """Sum the gradients of every process (each already holds its devices' sum) into every replica."""
+        params = [list(m.parameters()) for m in self.models]
+        summed = all_sum_tensors([p.grad if p.grad is not None else torch.zeros_like(p) for p in params[0]])
+        for replica in params:
+            for p, g in zip(replica, summed):
+                p.grad = g if p.device == g.device else g.to(p.device)
+
+    def _sync_statistics_processes(self, batch: Batch) -> None:
+        """The core's rule over every device of the job: the chosen devices' statistics, summed and scaled."""
+        sources, scale = statistic_sources(batch.host.group_active, self.sync)
+        mine = [i - batch.host.offset for i in sources if 0 <= i - batch.host.offset < len(self.models)]
+        values = []
+        for layer in zip(*self._bns):
+            for name in ("running_mean", "running_var"):
+                own = [getattr(layer[i], name).to(self._places[0]) for i in mine]
+                values.append(sum(own) if own else torch.zeros_like(getattr(layer[0], name)))
+        totals = iter(all_sum_tensors(values))
+        for layer in zip(*self._bns):
+            for name in ("running_mean", "running_var"):
+                value = next(totals) * scale
+                for bn in layer:
+                    getattr(bn, name).copy_(value)
 
     def _sync_statistics(self, active: list[int]) -> None:
         """Average running statistics over the devices that saw data, then copy to all (contract: BatchNorm)."""
@@ -158,7 +201,10 @@ class TorchReplicas:
                 for group in opt.param_groups:
                     group["lr"] = lr
                 opt.step()
-            self._sync_statistics(active)
+            if self.processes > 1:
+                self._sync_statistics_processes(batch)
+            else:
+                self._sync_statistics(active)
         return stats
 
     def gradients(self, batch: list[Shard]) -> State:

@@ -1,0 +1,133 @@
+"""One process per device on torch's own runtime: the elastic launcher, ``torch.distributed`` and its sums.
+
+``launch`` is torchrun's machinery (``torch.distributed.launcher``) with the
+static rendezvous, so ``--node-rank`` fixes the ranks and machine 0 hosts the
+store at ``--master``; one worker's death stops the others within about a
+second. Workers meet through ``init_process_group`` on gloo (NCCL on GPUs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import sys
+from datetime import timedelta
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from multidev.engine import MultidevError, ProcessGroup
+
+_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
+
+
+def _how(failure) -> str:
+    code = failure.exitcode
+    if code is not None and code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code} (its own error line is above)"
+
+
+def _cause(exc: ChildFailedError):
+    """The failure that ended the job: not the SIGTERM the launcher then sent to the survivors."""
+    own = {r: f for r, f in exc.failures.items() if f.exitcode != -signal.SIGTERM}
+    return min(own.items(), key=lambda item: item[1].timestamp) if own else exc.get_first_failure()
+
+
+@contextlib.contextmanager
+def _peers() -> Iterator[None]:
+    """A collective that fails because another process is gone is one line, not a traceback."""
+    try:
+        yield
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "a collective failed"
+        raise MultidevError(f"rank {dist.get_rank()} lost the job ({first[:160]}): another process ended; "
+                            f"the launcher says which") from None
+
+
+def launch(argv: Sequence[str], processes: int, nnodes: int, node_rank: int, master: str, timeout: float) -> None:
+    config = LaunchConfig(min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=processes, run_id="multidev",
+                          rdzv_backend="static", rdzv_endpoint=master,
+                          rdzv_configs={"rank": node_rank, "timeout": int(timeout)}, max_restarts=0,
+                          monitor_interval=0.1)
+    levels = {name: logging.getLogger(name).level for name in _LOGGERS}
+    for name in _LOGGERS:  # the launcher's own INFO and WARNING lines would bury the workers' output
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        elastic_launch(config, sys.executable)("-m", "multidev", *argv)
+    except ChildFailedError as exc:
+        rank, failure = _cause(exc)
+        raise MultidevError(f"worker rank {rank} {_how(failure)}: the job was stopped (a checkpoint on disk "
+                            f"is whole: --resume it)") from None
+    except Exception as exc:  # the rendezvous: a port in use, a master out of reach, a timeout
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MultidevError(f"the workers could not meet at {master}: {first}; check --master (a free port on "
+                            f"machine 0, reachable from every machine)") from None
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+_joined: list[bool] = []  # whether this module opened the process group (and so closes it)
+
+
+def join(group: ProcessGroup, gpu: bool, timeout: float = 300.0) -> None:
+    """Connect to the job (torchrun's MASTER_ADDR / MASTER_PORT); every later sum goes through it.
+
+    A group the caller opened already (Ray Train's TorchTrainer does) is used as it is.
+    """
+    if dist.is_initialized():
+        if (dist.get_rank(), dist.get_world_size()) != (group.rank, group.size):
+            raise MultidevError(f"torch.distributed is open as rank {dist.get_rank()} of {dist.get_world_size()}, "
+                                f"the environment says {group.rank} of {group.size}: start the job once")
+        return
+    dist.init_process_group("nccl" if gpu else "gloo", init_method="env://", rank=group.rank,
+                            world_size=group.size, timeout=timedelta(seconds=timeout))
+    _joined.append(True)
+
+
+def leave() -> None:
+    if _joined and dist.is_initialized():
+        dist.destroy_process_group()
+        _joined.clear()
+
+
+def all_sum(values: np.ndarray, device: Optional[torch.device] = None) -> np.ndarray:
+    tensor = torch.as_tensor(np.asarray(values, np.float64), device=device)
+    with _peers():
+        dist.all_reduce(tensor)
+    return tensor.cpu().numpy()
+
+
+def all_sum_tensors(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Many tensors summed over the processes in one collective (flattened into one buffer and back)."""
+    flat = torch._utils._flatten_dense_tensors(tensors)
+    with _peers():
+        dist.all_reduce(flat)
+    return list(torch._utils._unflatten_dense_tensors(flat, tensors))
+
+
+class GatherAll(torch.autograd.Function):
+    """Every process's tensor, stacked in rank order, with autograd: the gradient is summed back to its owner."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+        with _peers():
+            dist.all_gather(parts, tensor.contiguous())
+        return torch.stack(parts)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.contiguous().clone()
+        with _peers():
+            dist.all_reduce(grad)  # every process's loss depends on every shard's moments
+        return grad[dist.get_rank()]

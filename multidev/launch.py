@@ -1,0 +1,63 @@
+"""``processes=N``: the same ``multidev train`` command run as N workers by the engine's own launcher."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from .data import Dataset
+from .errors import MultidevError
+from .group import Launch
+from .protocol import Backend
+from .result import Result, load_json
+
+
+def worker_argv(settings: dict, json_path: str) -> list[str]:
+    """``multidev train`` arguments that give every worker the settings of this call."""
+    if isinstance(settings["dataset"], Dataset):
+        raise MultidevError("a Dataset object cannot reach other processes: name a dataset (digits, fashion-mnist)")
+    if settings["shard_weights"] is not None:
+        raise MultidevError("shard weights are for one process: leave them out with processes > 1")
+    devices = settings["devices"]
+    if devices is not None and not str(devices).strip().isdigit():
+        raise MultidevError(f"with processes > 1, devices is a count per process, got {devices!r}")
+    argv = ["train", "--backend", settings["backend"]]
+    argv += ["--gpus", str(settings["gpus"])] if settings["gpus"] is not None else ["--devices", str(devices or 1)]
+    for flag in ("model", "dataset", "epochs", "batch_size", "seed", "batchnorm", "dtype"):
+        argv += [f"--{flag.replace('_', '-')}", str(settings[flag])]
+    argv += ["--lr", repr(float(settings["lr"])), "--json", json_path]
+    for flag in ("data_dir", "checkpoint", "resume", "trace"):
+        if settings[flag] is not None:
+            argv += [f"--{flag.replace('_', '-')}", str(settings[flag])]
+    return argv + ([] if settings["progress"] else ["--no-progress"])
+
+
+def launch_train(engine: Backend, launch: Launch, settings: dict, json_path: Optional[str | Path]) -> Result:
+    """Start the workers of this machine, wait for them, and return rank 0's result (node 0 only)."""
+    if "multi_process" not in engine.capabilities:
+        raise MultidevError(f"the {engine.name} engine does not offer multi_process: run one process")
+    with tempfile.TemporaryDirectory(prefix="multidev-launch-") as folder, _worker_threads(launch.processes):
+        path = Path(json_path) if json_path is not None else Path(folder) / "result.json"
+        engine.launch(worker_argv(settings, str(path)), launch)  # type: ignore[attr-defined]
+        if launch.node_rank != 0:
+            return Result(backend=engine.name, devices=[], model=settings["model"], dataset=str(settings["dataset"]),
+                          batch_size=settings["batch_size"], lr=float(settings["lr"]), seed=settings["seed"],
+                          batchnorm=settings["batchnorm"], test_total=0, epochs=[], version="")
+        return load_json(path)
+
+
+@contextlib.contextmanager
+def _worker_threads(processes: int):
+    """The workers' share of the cores, for this launch only, unless the caller set OMP_NUM_THREADS."""
+    if os.environ.get("OMP_NUM_THREADS", "").strip():
+        yield
+        return
+    from .cli import usable_cores
+    os.environ["OMP_NUM_THREADS"] = str(max(1, usable_cores() // processes))
+    try:
+        yield
+    finally:
+        del os.environ["OMP_NUM_THREADS"]

@@ -1,0 +1,10 @@
+"""Every check class of the kit in one: what an engine's tests subclass."""
+
+from .kit import (AccuracyChecks, AggregationChecks, BatchNormChecks, CheckpointChecks, EvaluationChecks,
+                  ParityChecks, PlacementChecks, ReplicateChecks)
+from .processes import MultiProcessChecks
+
+
+class Conformance(PlacementChecks, ReplicateChecks, AggregationChecks, BatchNormChecks, EvaluationChecks,
+                  CheckpointChecks, ParityChecks, AccuracyChecks, MultiProcessChecks):
+    """Every promise of docs/contract.md; subclass it with ``backend = "name"`` or an ``engine`` fixture."""

@@ -1,0 +1,149 @@
+"""contract: Process groups, checked on every engine that claims ``multi_process`` (slow: real jobs).
+
+N processes x K devices must give the parameters of one process with N*K
+devices; a dead worker, a port in use and ranks started with other settings
+must each end the job with one line. The jobs run through the ``multidev``
+command as a user runs them, so the engine must be installed under its name.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .. import checkpoint as ckpt
+from ..registry import installed
+from ..train import train
+from ._helpers import assert_states_close
+from .kit import FLOAT64_RTOL, SAME_ENGINE_RTOL, EngineFixtures
+
+#: seconds a killed worker may take to end the whole job (contract: Process groups)
+KILL_DEADLINE = 30.0
+#: digits with batch 512: 3 steps an epoch, the last one uneven (413 rows)
+JOB = dict(model="resnet18", dataset="digits", epochs=1, batch_size=512, lr=0.1, seed=3)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def command(engine: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "multidev", "train", "--backend", engine, "--no-progress", *args]
+
+
+def job_processes(marker: str) -> list[int]:
+    """Every process of this machine whose command line holds ``marker``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+class MultiProcessChecks(EngineFixtures):
+    """contract: Process groups: one job over several processes, the same answers, faults that end it cleanly."""
+
+    def needs_processes(self, engine) -> str:
+        self.require(engine, "multi_process")
+        if engine.name not in installed():
+            pytest.skip(f"{engine.name} is not installed: its workers start as `multidev train --backend {engine.name}`")
+        return "float64" if "float64" in engine.capabilities else "float32"
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("batchnorm", ["local", "sync"])
+    def test_two_processes_equal_two_devices(self, engine, batchnorm, tmp_path):
+        dtype = self.needs_processes(engine)
+        if batchnorm == "sync":
+            self.require(engine, "sync_batchnorm")
+        train(engine.name, processes=2, devices=1, batchnorm=batchnorm, dtype=dtype,
+              checkpoint=tmp_path / "processes.npz", **JOB)
+        train(engine.name, devices=2, batchnorm=batchnorm, dtype=dtype, checkpoint=tmp_path / "devices.npz", **JOB)
+        _, got, _ = ckpt.load(tmp_path / "processes.npz")
+        _, want, _ = ckpt.load(tmp_path / "devices.npz")
+        assert_states_close(got, want, rtol=FLOAT64_RTOL if dtype == "float64" else SAME_ENGINE_RTOL,
+                            promise=f"processes: 2 processes x 1 device ({batchnorm} BatchNorm, {dtype}) do not train "
+                                    f"as 1 process x 2 devices")
+
+    @pytest.mark.slow
+    def test_two_launches_equal_one(self, engine, tmp_path):
+        """The many-machine form, as two launches on this machine meeting over 127.0.0.1."""
+        dtype = self.needs_processes(engine)
+        master = f"127.0.0.1:{free_port()}"
+        args = [f"--{k.replace('_', '-')}={v}" for k, v in JOB.items()] + [
+            "--dtype", dtype, "--nnodes", "2", "--master", master]
+        nodes = [subprocess.Popen(command(engine.name, *args, "--node-rank", str(r),
+                                          "--checkpoint", str(tmp_path / f"node{r}.npz")),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+        outputs = [node.communicate(timeout=600) for node in nodes]
+        assert [n.returncode for n in nodes] == [0, 0], outputs
+        assert not (tmp_path / "node1.npz").exists(), "processes: a rank other than 0 wrote the checkpoint"
+        train(engine.name, devices=2, dtype=dtype, checkpoint=tmp_path / "devices.npz", **JOB)
+        _, got, _ = ckpt.load(tmp_path / "node0.npz")
+        _, want, _ = ckpt.load(tmp_path / "devices.npz")
+        assert_states_close(got, want, rtol=FLOAT64_RTOL if dtype == "float64" else SAME_ENGINE_RTOL,
+                            promise="processes: two launches of one process each do not train as 2 devices")
+
+    @pytest.mark.slow
+    def test_a_killed_worker_ends_the_job(self, engine, tmp_path):
+        self.needs_processes(engine)
+        saved = tmp_path / "killed.npz"
+        job = subprocess.Popen(command(engine.name, "--processes", "2", "--epochs", "50", "--checkpoint", str(saved)),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            first = job.stdout.readline()
+            assert first.startswith("epoch 1/50"), first + job.stderr.read()
+            workers = [p for p in job_processes(str(saved)) if p != job.pid
+                       and b"RANK=1\0" in Path(f"/proc/{p}/environ").read_bytes()]
+            assert workers, "processes: no worker of rank 1 found"
+            os.kill(workers[0], signal.SIGKILL)
+            killed = time.monotonic()
+            _, err = job.communicate(timeout=KILL_DEADLINE + 30)
+            seconds = time.monotonic() - killed
+        finally:
+            job.kill()
+        assert job.returncode not in (0, None), "processes: the job went on after a worker was killed"
+        assert seconds <= KILL_DEADLINE, f"processes: the job took {seconds:.1f} s to end after a worker was killed"
+        assert "rank 1" in err.strip().splitlines()[-1] and "SIGKILL" in err, err[-2000:]
+        assert "Traceback" not in err, err[-3000:]
+        time.sleep(1)
+        assert not job_processes(str(saved)), "processes: a process of the job is still running"
+        ckpt.load(saved)  # whole
+
+    def test_a_port_in_use_is_one_line(self, engine):
+        self.needs_processes(engine)
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            run = subprocess.run(command(engine.name, "--processes", "2", "--master", f"127.0.0.1:{port}"),
+                                 capture_output=True, text=True, timeout=300)
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2 and len(lines) == 1, run.stderr[-2000:]
+        assert lines[0].startswith("multidev: error:") and str(port) in lines[0], lines
+
+    @pytest.mark.slow
+    def test_ranks_with_other_settings_stop_before_the_first_step(self, engine, tmp_path):
+        self.needs_processes(engine)
+        master = f"127.0.0.1:{free_port()}"
+        args = ["--nnodes", "2", "--master", master, "--epochs", "1"]
+        nodes = [subprocess.Popen(command(engine.name, *args, "--node-rank", str(r), "--lr", lr),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r, lr in ((0, "0.1"), (1, "0.2"))]
+        outputs = [node.communicate(timeout=300) for node in nodes]
+        for node, (out, err) in zip(nodes, outputs):
+            assert node.returncode == 2, (out, err)
+            assert "epoch 1" not in out, "processes: ranks with other settings trained"
+            assert "rank 1 was started with other settings than rank 0" in err, err[-2000:]
+            assert "Traceback" not in err, err[-2000:]
