@@ -147,3 +147,37 @@ class MultiProcessChecks(EngineFixtures):
             assert "epoch 1" not in out, "processes: ranks with other settings trained"
             assert "rank 1 was started with other settings than rank 0" in err, err[-2000:]
             assert "Traceback" not in err, err[-2000:]
+
+    @pytest.mark.slow
+    def test_resume_with_another_number_of_processes(self, engine, tmp_path):
+        """A checkpoint of 2 processes, resumed by 1 process with 2 devices, continues the uninterrupted run."""
+        dtype = self.needs_processes(engine)
+        job = dict(JOB, epochs=2, dtype=dtype)
+        train(engine.name, processes=2, devices=1, checkpoint=tmp_path / "split.npz", **dict(job, epochs=1))
+        train(engine.name, devices=2, resume=tmp_path / "split.npz", checkpoint=tmp_path / "split.npz", **job)
+        train(engine.name, devices=2, checkpoint=tmp_path / "straight.npz", **job)
+        _, got, meta = ckpt.load(tmp_path / "split.npz")
+        _, want, _ = ckpt.load(tmp_path / "straight.npz")
+        assert meta["epoch"] == 2
+        assert_states_close(got, want, rtol=FLOAT64_RTOL if dtype == "float64" else SAME_ENGINE_RTOL,
+                            promise="processes: a 2-process checkpoint resumed in 1 process does not continue the run")
+
+    @pytest.mark.slow
+    def test_ctrl_c_on_the_launcher_stops_every_worker_and_keeps_the_checkpoint(self, engine, tmp_path):
+        self.needs_processes(engine)
+        saved = tmp_path / "stopped.npz"
+        job = subprocess.Popen(command(engine.name, "--processes", "2", "--epochs", "50", "--checkpoint", str(saved)),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            first = job.stdout.readline()
+            assert first.startswith("epoch 1/50"), first + job.stderr.read()
+            job.send_signal(signal.SIGINT)
+            _, err = job.communicate(timeout=90)
+        finally:
+            job.kill()
+        assert job.returncode == 130, err[-2000:]
+        assert "interrupted at epoch" in err and "Traceback" not in err, err[-3000:]
+        time.sleep(1)
+        assert not job_processes(str(saved)), "processes: a worker outlived Ctrl-C on the launcher"
+        _, _, meta = ckpt.load(saved)
+        assert meta["epoch"] >= 1

@@ -18,6 +18,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -63,6 +64,8 @@ def launch(argv: Sequence[str], processes: int, nnodes: int, node_rank: int, mas
         logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         elastic_launch(config, sys.executable)("-m", "multidev", *argv)
+    except SignalException:  # Ctrl-C or SIGTERM: the agent passed it on; each worker stopped at a step boundary
+        raise KeyboardInterrupt from None
     except ChildFailedError as exc:
         rank, failure = _cause(exc)
         raise MultidevError(f"worker rank {rank} {_how(failure)}: the job was stopped (a checkpoint on disk "

@@ -1,0 +1,114 @@
+"""One job as 2 processes x 1 device against 1 process x 2 devices, on the same cores, per engine.
+
+For every engine that claims ``multi_process``: the epoch time of both forms
+(alternating runs, medians), their ratio, the start-up seconds of each (the
+command's wall time less its epochs), and the seconds one all-reduce of the
+model's gradients takes between two processes on the framework's runtime.
+
+    python bench/bench_processes.py --backends torch --epochs 2 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def run(backend: str, form: list[str], epochs: int, model: str) -> tuple[float, float]:
+    """(seconds per epoch, start-up seconds) of one ``multidev train`` run."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "result.json"
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "multidev", "train", "--backend", backend, "--model", model,
+                        "--epochs", str(epochs), "--no-progress", "--json", str(out), *form],
+                       check=True, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        result = json.loads(out.read_text())
+    trained = sum(e["seconds"] for e in result["epochs"])
+    return result["sec_per_epoch"], wall - trained
+
+
+def _torch_allreduce_worker(rank: int, port: int, numel: int, repeats: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    buffer = torch.ones(numel)
+    dist.all_reduce(buffer)
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(buffer)
+        times.append(time.perf_counter() - start)
+    if rank == 0:
+        Path(out).write_text(str(statistics.median(times)))
+    dist.destroy_process_group()
+
+
+def torch_allreduce_seconds(numel: int, repeats: int = 5) -> float:
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as folder:
+        out = str(Path(folder) / "seconds")
+        mp.spawn(_torch_allreduce_worker, args=(port, numel, repeats, out), nprocs=2)
+        return float(Path(out).read_text())
+
+
+ALLREDUCE = {"torch": torch_allreduce_seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backends", default="torch")
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    import multidev
+
+    cores = len(os.sched_getaffinity(0))
+    spec = multidev.ModelSpec(args.model, (1, 8, 8), 10)
+    numel = sum(int(__import__("numpy").prod(p.shape)) for p in spec.params() if p.trainable)
+    forms = {"2 processes x 1 device": ["--processes", "2", "--devices", "1"],
+             "1 process x 2 devices": ["--devices", "2"]}
+    print(f"# {args.model} on digits, {args.epochs} epochs a run, {args.rounds} alternating rounds, {cores} cores, "
+          f"{platform.machine()}, {date.today()}")
+    print("| engine | form | sec/epoch | start-up s | 1 process / 2 processes | all-reduce s (2 processes) |")
+    print("|---|---|---|---|---|---|")
+    for backend in args.backends.split(","):
+        engine = multidev.load_backend(backend)
+        if "multi_process" not in engine.capabilities:
+            print(f"| {backend} | does not claim multi_process | | | | |")
+            continue
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in forms}
+        for _ in range(args.rounds):
+            for name, form in forms.items():
+                times[name].append(run(backend, form, args.epochs, args.model))
+        median = {name: (statistics.median(t[0] for t in runs), statistics.median(t[1] for t in runs))
+                  for name, runs in times.items()}
+        ratio = median["1 process x 2 devices"][0] / median["2 processes x 1 device"][0]
+        reduce = ALLREDUCE[backend](numel) if backend in ALLREDUCE else float("nan")
+        for name, (epoch, startup) in median.items():
+            extra = f"{ratio:.2f} | {reduce:.3f}" if name.startswith("2") else " | "
+            print(f"| {backend} | {name} | {epoch:.2f} | {startup:.1f} | {extra} |")
+
+
+if __name__ == "__main__":
+    main()
