@@ -90,7 +90,7 @@ def main() -> None:
              "1 process x 2 devices": ["--devices", "2"]}
     print(f"# {args.model} on digits, {args.epochs} epochs a run, {args.rounds} alternating rounds, {cores} cores, "
           f"{platform.machine()}, {date.today()}")
-    print("| engine | form | sec/epoch | start-up s | 1 process / 2 processes | all-reduce s (2 processes) |")
+    print("| engine | form | sec/epoch | start-up s | speed of 2 processes / 1 process | all-reduce s (2 processes) |")
     print("|---|---|---|---|---|---|")
     for backend in args.backends.split(","):
         engine = multidev.load_backend(backend)
