@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
-from multidev.engine import Setup, State
+import numpy as np
 
+from multidev.engine import Launch, ProcessGroup, Setup, State
+
+from . import distributed
 from .devices import configure_cpu_devices, cpu_devices, cpu_devices_note, gpu_devices
 from .parallel import JaxReplicas
 
@@ -14,7 +17,7 @@ class JaxBackend:
     """Creating it changes nothing; JAX's CPU device count is set on the first call, when a run starts."""
 
     name = "jax"
-    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64"})
+    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process"})
     frameworks = ("jax", "jaxlib", "flax", "optax")
 
     def settings(self) -> dict[str, str]:
@@ -33,3 +36,16 @@ class JaxBackend:
     def replicate(self, setup: Setup, state: State) -> JaxReplicas:
         configure_cpu_devices()
         return JaxReplicas(setup, state)
+
+    # multi_process: jax.distributed, started by the core's launcher (see distributed.py) ------------------
+    def launch(self, argv: Sequence[str], launch: Launch) -> None:
+        distributed.launch(argv, launch)
+
+    def join(self, group: ProcessGroup, local_rank: int) -> None:
+        distributed.join(group)
+
+    def leave(self) -> None:
+        distributed.leave()
+
+    def all_sum(self, values: np.ndarray) -> np.ndarray:
+        return distributed.all_sum(values)

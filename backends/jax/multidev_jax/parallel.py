@@ -22,7 +22,8 @@ from jax.sharding import PartitionSpec as P
 from multidev.engine import MultidevError, Setup, Shards, State, StepStats
 
 from .compiled import Compiler
-from .devices import AXIS, jax_devices, mesh
+from .devices import AXIS, mesh
+from .distributed import job_devices
 from .layout import from_flax, to_flax
 from .steps import OPTIMIZER, steps
 
@@ -37,12 +38,13 @@ ALIGN = 8
 class Batch:
     """A minibatch on the mesh: device i holds rows ``[i * length, i * length + sizes[i])`` of ``x``, then padding."""
 
-    x: jax.Array          # (k * length, C, H, W) float32, canonical NCHW
+    x: jax.Array          # (k * length, C, H, W) float32, canonical NCHW; k: every device of the job
     y: jax.Array          # (k * length,) int32; zeros for padding and unlabelled batches
     device_sizes: jax.Array  # (k,) int32: each device reads its own true size
-    sizes: tuple[int, ...]
+    sizes: tuple[int, ...]   # this process's devices
     length: int
     labelled: bool
+    total: int               # B over the job
 
 
 def x64() -> Any:
@@ -67,7 +69,10 @@ def scoped(method):
 class JaxReplicas:
     def __init__(self, setup: Setup, state: State) -> None:
         self.setup, self.spec, self.sync, self.dtype = setup, setup.spec, setup.sync, setup.np_dtype
-        self._places = tuple(jax_devices(setup.devices))
+        self._places = tuple(job_devices(setup.devices, setup.group))  # every process's, rank-major
+        self._local = [d for d in self._places if d.process_index == jax.process_index()]
+        #: the steps' sums are the job's (psum over the mesh): rank 0 reports them, the others report 0
+        self._reports = setup.group.rank == 0
         self.mesh = mesh(self._places)
         self._steps = steps(self.spec, self.sync, self.mesh)
         self._compiler = Compiler()
@@ -91,12 +96,19 @@ class JaxReplicas:
         return jax.tree.map(local, tree)
 
     # Shard -----------------------------------------------------------------
+    def _global(self, local: np.ndarray, rows: int) -> jax.Array:
+        """A batch-sharded array of ``rows`` rows from this process's part (all of it in a job of one)."""
+        if self.setup.group.size == 1:
+            return jax.device_put(local, self._sharded)
+        return jax.make_array_from_process_local_data(self._sharded, local, (rows, *local.shape[1:]))
+
     @scoped
     def place(self, shards: Shards) -> Batch:
-        sizes, k = shards.sizes, len(self._places)
-        if len(sizes) != k:
+        sizes, k = shards.sizes, len(self._local)
+        every = shards.group_sizes if shards.group_sizes is not None else sizes
+        if len(sizes) != k or len(every) != len(self._places):
             raise MultidevError(f"{len(sizes)} shards for {k} devices: cut the batch with multidev.shard_sizes")
-        length = -(-max(1, *sizes) // ALIGN) * ALIGN
+        length = -(-max(1, *every) // ALIGN) * ALIGN  # one shard length over the job: one compiled program
         if all(n == length for n in sizes):  # even shards: no padding
             images = np.concatenate(shards.x, dtype=self.dtype)
             labels = np.zeros(k * length, np.int32) if shards.y is None else np.concatenate(shards.y, dtype=np.int32)
@@ -107,15 +119,19 @@ class JaxReplicas:
                 images[i * length:i * length + n] = shards.x[i]
                 if shards.y is not None:
                     labels[i * length:i * length + n] = shards.y[i]
-        if sizes not in self._device_sizes:  # an epoch has two or three distinct splits: place each once
-            self._device_sizes[sizes] = jax.device_put(np.asarray(sizes, np.int32), self._sharded)
-        images, labels = jax.device_put((images, labels), self._sharded)
-        return Batch(images, labels, self._device_sizes[sizes], sizes, length, shards.y is not None)
+        if every not in self._device_sizes:  # an epoch has two or three distinct splits: place each once
+            self._device_sizes[every] = self._global(np.asarray(sizes, np.int32), len(every))
+        images, labels = self._global(images, len(every) * length), self._global(labels, len(every) * length)
+        return Batch(images, labels, self._device_sizes[every], sizes, length, shards.y is not None, shards.batch)
+
+    def _held(self, array: jax.Array, batch: Batch) -> list[np.ndarray]:
+        """This process's devices' rows of a batch-sharded array, padding cut off."""
+        held = {s.device: s.data for s in array.addressable_shards}
+        return [np.asarray(held[d])[:n] for d, n in zip(self._local, batch.sizes)]
 
     @scoped
     def shards(self, batch: Batch) -> list[np.ndarray]:
-        held = {s.device: s.data for s in batch.x.addressable_shards}
-        return [np.asarray(held[d])[:n] for d, n in zip(self._places, batch.sizes)]
+        return self._held(batch.x, batch)
 
     # Steps -----------------------------------------------------------------
     @scoped
@@ -124,13 +140,15 @@ class JaxReplicas:
         step = self._compiled("train", batch, *args)
         self._params, self._opt_state, self._stats, *sums = step(*args)
         loss_sum, correct = jax.device_get(sums)  # one wait, one transfer
-        return StepStats(float(loss_sum), int(correct), sum(batch.sizes))
+        if not self._reports:
+            return StepStats(0.0, 0, 0)
+        return StepStats(float(loss_sum), int(correct), batch.total)
 
     @scoped
     def gradients(self, batch: Batch) -> State:
         args = (self._params, self._stats, batch.x, batch.y, batch.device_sizes)
         grads = self._compiled("gradients", batch, *args)(*args)
-        return from_flax(self.spec, {"params": self._on(grads, self._places[0])}, trainable_only=True)
+        return from_flax(self.spec, {"params": self._on(grads, self._local[0])}, trainable_only=True)
 
     def _evaluate(self, batch: Batch) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
         args = (self._params, self._stats, batch.x, batch.y, batch.device_sizes)
@@ -141,12 +159,14 @@ class JaxReplicas:
         if not batch.labelled:
             raise MultidevError("evaluate needs labels: cut the batch with its labels")
         loss_sum, correct, count = jax.device_get(self._evaluate(batch)[1:])
+        if not self._reports:
+            return StepStats(0.0, 0, 0)
         return StepStats(float(loss_sum), int(correct), int(count))
 
     @scoped
     def predict(self, batch: Batch) -> np.ndarray:
-        logits = np.asarray(self._evaluate(batch)[0]).reshape(len(batch.sizes), batch.length, -1)
-        return np.concatenate([logits[i, :n] for i, n in enumerate(batch.sizes)])
+        """This process's rows' logits, in sample order."""
+        return np.concatenate(self._held(self._evaluate(batch)[0], batch))
 
     # State -----------------------------------------------------------------
     def _variables(self) -> dict[str, Any]:
@@ -154,16 +174,23 @@ class JaxReplicas:
 
     @scoped
     def replica_states(self) -> list[State]:
-        return [from_flax(self.spec, self._on(self._variables(), d)) for d in self._places]
+        return [from_flax(self.spec, self._on(self._variables(), d)) for d in self._local]
 
     @scoped
     def state(self) -> State:
-        return from_flax(self.spec, self._on(self._variables(), self._places[0]))
+        return from_flax(self.spec, self._on(self._variables(), self._local[0]))
 
     @scoped
     def load_state(self, state: State) -> None:
         self.spec.check(state)
         variables = to_flax(self.spec, state, self.dtype)
-        self._params = jax.device_put(variables["params"], self._replicated)
-        self._stats = jax.device_put(variables["batch_stats"], self._replicated)
-        self._opt_state = jax.device_put(OPTIMIZER.init(variables["params"]), self._replicated)
+        self._params = self._replicate(variables["params"])
+        self._stats = self._replicate(variables["batch_stats"])
+        self._opt_state = self._replicate(jax.tree.map(np.asarray, OPTIMIZER.init(variables["params"])))
+
+    def _replicate(self, tree: Any) -> Any:
+        """The same host arrays on every device of the job (each process places its own copies)."""
+        if self.setup.group.size == 1:
+            return jax.device_put(tree, self._replicated)
+        return jax.tree.map(lambda a: jax.make_array_from_callback(np.shape(a), self._replicated,
+                                                                   lambda index: np.asarray(a)[index]), tree)
