@@ -15,10 +15,11 @@ from .group import Launch
 from .protocol import (CAPABILITIES, DTYPES, Backend, BatchT, MultiProcessBackend, ProcessGroup, Replicas, Setup,
                        StepStats)
 from .shard import DeviceShard, Shards
+from .spawn import worker_failed
 
 __all__ = [
     "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "DTYPES", "Device",
     "DeviceShard", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Param", "ProcessGroup", "Replicas", "Setup", "Shards", "State",
     "StepStats", "combine_moments", "lenet_flat_features", "resnet18_blocks", "run_lockstep", "running_statistic",
-    "statistic_sources",
+    "statistic_sources", "worker_failed",
 ]

@@ -84,7 +84,7 @@ def digest(settings: Mapping[str, object]) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:6], "big")  # exact in a float64
 
 
-def differing(settings: Mapping[str, object], digests: list[int], rank: int) -> Optional[str]:
+def differing(digests: list[int]) -> Optional[str]:
     """One line naming the ranks whose settings are not rank 0's, or None when all agree."""
     others = [r for r, d in enumerate(digests) if d != digests[0]]
     if not others:

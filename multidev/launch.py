@@ -11,11 +11,11 @@ from typing import Optional
 from .data import Dataset
 from .errors import MultidevError
 from .group import Launch
-from .protocol import Backend
+from .protocol import Backend, check_claims
 from .result import Result, load_json
 
 
-def worker_argv(settings: dict, json_path: str) -> list[str]:
+def worker_argv(backend: str, settings: dict, json_path: str) -> list[str]:
     """``multidev train`` arguments that give every worker the settings of this call."""
     if isinstance(settings["dataset"], Dataset):
         raise MultidevError("a Dataset object cannot reach other processes: name a dataset (digits, fashion-mnist)")
@@ -24,7 +24,7 @@ def worker_argv(settings: dict, json_path: str) -> list[str]:
     devices = settings["devices"]
     if devices is not None and not str(devices).strip().isdigit():
         raise MultidevError(f"with processes > 1, devices is a count per process, got {devices!r}")
-    argv = ["train", "--backend", settings["backend"]]
+    argv = ["train", "--backend", backend]
     argv += ["--gpus", str(settings["gpus"])] if settings["gpus"] is not None else ["--devices", str(devices or 1)]
     for flag in ("model", "dataset", "epochs", "batch_size", "seed", "batchnorm", "dtype"):
         argv += [f"--{flag.replace('_', '-')}", str(settings[flag])]
@@ -37,11 +37,10 @@ def worker_argv(settings: dict, json_path: str) -> list[str]:
 
 def launch_train(engine: Backend, launch: Launch, settings: dict, json_path: Optional[str | Path]) -> Result:
     """Start the workers of this machine, wait for them, and return rank 0's result (node 0 only)."""
-    if "multi_process" not in engine.capabilities:
-        raise MultidevError(f"the {engine.name} engine does not offer multi_process: run one process")
+    check_claims(engine, frozenset({"multi_process"}))
     with tempfile.TemporaryDirectory(prefix="multidev-launch-") as folder, _worker_threads(launch.processes):
         path = Path(json_path) if json_path is not None else Path(folder) / "result.json"
-        engine.launch(worker_argv(settings, str(path)), launch)  # type: ignore[attr-defined]
+        engine.launch(worker_argv(engine.name, settings, str(path)), launch)  # type: ignore[attr-defined]
         if launch.node_rank != 0:
             return Result(backend=engine.name, devices=[], model=settings["model"], dataset=str(settings["dataset"]),
                           batch_size=settings["batch_size"], lr=float(settings["lr"]), seed=settings["seed"],

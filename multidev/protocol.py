@@ -211,12 +211,16 @@ class MultiProcessBackend(Backend, Protocol):
         """``values`` summed over every process of the group (float64 in, float64 out)."""
 
 
+def check_claims(engine: Backend, needs: frozenset[str]) -> None:
+    """One line when the engine does not claim every capability a run needs."""
+    missing = sorted(needs - engine.capabilities)
+    if missing:
+        raise MultidevError(f"the {engine.name} engine does not offer {', '.join(missing)}: {_instead[missing[0]]}")
+
+
 def replicate(engine: Backend, setup: Setup, state: State) -> Replicas:
     """The core's way to build replicas: the setup checked against what the engine claims."""
-    missing = setup.needs() - engine.capabilities
-    if missing:
-        raise MultidevError(f"the {engine.name} engine does not offer {', '.join(sorted(missing))}: "
-                            f"{_instead[sorted(missing)[0]]}")
+    check_claims(engine, setup.needs())
     return engine.replicate(setup, state)
 
 

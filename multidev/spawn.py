@@ -25,13 +25,16 @@ from .group import Launch, parse_master
 GRACE = 60.0
 
 
-def _how(code: int) -> str:
+def worker_failed(rank: int, code: int) -> MultidevError:
+    """The one line a launcher ends a job with when worker ``rank`` ended with exit ``code`` (negative: a signal)."""
     if code < 0:
         try:
-            return f"was killed by {signal.Signals(-code).name}"
+            how = f"was killed by {signal.Signals(-code).name}"
         except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code} (its own error line is above)"
+            how = f"was killed by signal {-code}"
+    else:
+        how = f"exited with code {code} (its own error line is above)"
+    return MultidevError(f"worker rank {rank} {how}: the job was stopped (a checkpoint on disk is whole: --resume it)")
 
 
 def check_port(master: str) -> None:
@@ -78,8 +81,7 @@ def spawn(argv: Sequence[str], launch: Launch) -> None:
             if failed:
                 local, code = failed[0]
                 _stop(workers, signal.SIGKILL, 5.0)  # the rest would wait on the dead one
-                raise MultidevError(f"worker rank {launch.node_rank * launch.processes + local} {_how(code)}: the "
-                                    f"job was stopped (a checkpoint on disk is whole: --resume it)")
+                raise worker_failed(launch.node_rank * launch.processes + local, code)
             if all(c == 0 for c in codes):
                 return
             time.sleep(0.1)

@@ -18,7 +18,7 @@ from .divergence import Trace
 from .group import DEFAULT_MASTER, Job, Launch, digest, differing, from_environment
 from .interrupt import Interrupted, stop_at_step_boundary
 from .models import ModelSpec
-from .protocol import Backend, Replicas, Setup, check_batchnorm, check_dtype, replicate
+from .protocol import Backend, Replicas, Setup, check_batchnorm, check_claims, check_dtype, replicate
 from .registry import engine_version, load_backend
 from .result import EpochRecord, Result
 from .shard import shard_sizes
@@ -156,7 +156,7 @@ def train(backend: str | Backend = DEFAULTS["backend"], *, gpus: object = None, 
     check_dtype(dtype)
     engine = load_backend(backend) if isinstance(backend, str) else backend
     joined = from_environment()
-    settings = dict(backend=engine.name, gpus=gpus, devices=devices, model=model, dataset=dataset,
+    settings = dict(gpus=gpus, devices=devices, model=model, dataset=dataset,
                     data_dir=data_dir, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, batchnorm=batchnorm,
                     shard_weights=shard_weights, checkpoint=checkpoint, resume=resume, progress=progress,
                     dtype=dtype, trace=trace)
@@ -181,16 +181,16 @@ def train(backend: str | Backend = DEFAULTS["backend"], *, gpus: object = None, 
 
 def _run_in_group(engine: Backend, joined, settings: dict, on_epoch) -> Result:
     """This worker's share of a job: join the framework's runtime, check that every rank agrees, train."""
-    if "multi_process" not in engine.capabilities:
-        raise MultidevError(f"the {engine.name} engine does not offer multi_process: run one process")
+    check_claims(engine, frozenset({"multi_process"}))
     engine.join(joined.group, joined.local_rank)  # type: ignore[attr-defined]
     try:
         job = Job(joined.group, engine.all_sum)  # type: ignore[attr-defined]
         digests = [0.0] * joined.group.size
         # Paths may differ between machines (and only rank 0 writes): the settings that shape the training count.
         shaping = {k: v for k, v in settings.items() if k not in ("progress", "checkpoint", "trace", "data_dir")}
-        digests[joined.group.rank] = float(digest(dict(shaping, resume=settings["resume"] is not None)))
-        problem = differing(settings, [int(d) for d in job.all_sum(np.array(digests))], joined.group.rank)
+        digests[joined.group.rank] = float(digest(dict(shaping, backend=engine.name,
+                                                       resume=settings["resume"] is not None)))
+        problem = differing([int(d) for d in job.all_sum(np.array(digests))])
         if problem:
             raise MultidevError(problem)
         if not job.writer:  # one writer, one progress bar, one set of epoch lines
@@ -205,7 +205,7 @@ def _run(engine: Backend, job: Job, *, gpus: object, devices: DeviceSpec, model:
          data_dir: Optional[str | Path], epochs: int, batch_size: int, lr: float, seed: int, batchnorm: str,
          shard_weights: Optional[Sequence[float]], checkpoint: Optional[str | Path], resume: Optional[str | Path],
          progress: bool, on_epoch: Optional[Callable[[EpochRecord], None]], dtype: str,
-         trace: Optional[str | Path], backend: str = "", local_rank: int = 0) -> Result:
+         trace: Optional[str | Path], local_rank: int = 0) -> Result:
     chosen = resolve_devices(gpus=gpus, devices=devices, gpu_count=engine.gpu_count(),
                              max_cpu=engine.max_cpu_devices(), first_gpu=local_rank)
     if shard_weights is not None:

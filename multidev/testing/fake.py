@@ -78,7 +78,7 @@ class FakeReplicas:
     def _whole(self, batch: Shards) -> tuple[np.ndarray, np.ndarray]:
         return np.concatenate(batch.x), np.concatenate(batch.y)
 
-    def _gradients(self, batch: Shards) -> State:
+    def gradients(self, batch: Shards) -> State:
         spec, state, dtype = self.setup.spec, self.states[0], self.dtype
         if self.fault in ("skip-allreduce", "weigh-1/k"):
             active = batch.active[:1] if self.fault == "skip-allreduce" else batch.active
@@ -90,15 +90,12 @@ class FakeReplicas:
         x, y = self._whole(batch)
         return reference.gradients(spec, state, x, y, batch.sizes, self.setup.batchnorm, dtype)
 
-    def gradients(self, batch: Shards) -> State:
-        return self._gradients(batch)
-
     def train_step(self, batch: Shards, lr: float) -> StepStats:
         x, y = self._whole(batch)
         new, loss, correct = reference.train_step(self.setup.spec, self.states[0], x, y, lr, batch.sizes,
                                                   self.setup.batchnorm, self.dtype)
         if self.fault in ("skip-allreduce", "weigh-1/k"):
-            grads = self._gradients(batch)
+            grads = self.gradients(batch)
             for name in self.setup.spec.trainable():
                 new[name] = self.states[0][name] - self.dtype(lr) * grads[name]
         updated = self.states[:1] if self.fault == "skip-broadcast" else self.states

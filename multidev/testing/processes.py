@@ -17,6 +17,7 @@ float64 where the engine claims it, at FLOAT64_RTOL.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -59,6 +61,19 @@ def run(engine: str, *args: str) -> None:
 
 def assert_same(got: Path, want: Path, promise: str, rtol: float = SAME_ENGINE_RTOL) -> None:
     assert_states_close(ckpt.load(got)[1], ckpt.load(want)[1], rtol=rtol, promise=promise)
+
+
+@contextlib.contextmanager
+def long_job(engine: str, saved: Path) -> Iterator[subprocess.Popen]:
+    """A 2-process job of 50 epochs, handed over once its first epoch is done; killed on the way out."""
+    job = subprocess.Popen(command(engine, "--processes", "2", "--epochs", "50", "--checkpoint", str(saved)),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = job.stdout.readline()
+        assert first.startswith("epoch 1/50"), first + job.stderr.read()
+        yield job
+    finally:
+        job.kill()
 
 
 def job_processes(marker: str) -> list[int]:
@@ -115,11 +130,7 @@ class MultiProcessChecks(EngineFixtures):
     def test_a_killed_worker_ends_the_job(self, engine, tmp_path):
         self.needs_processes(engine)
         saved = tmp_path / "killed.npz"
-        job = subprocess.Popen(command(engine.name, "--processes", "2", "--epochs", "50", "--checkpoint", str(saved)),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            first = job.stdout.readline()
-            assert first.startswith("epoch 1/50"), first + job.stderr.read()
+        with long_job(engine.name, saved) as job:
             workers = [p for p in job_processes(str(saved)) if p != job.pid
                        and b"RANK=1\0" in Path(f"/proc/{p}/environ").read_bytes()]
             assert workers, "processes: no worker of rank 1 found"
@@ -127,8 +138,6 @@ class MultiProcessChecks(EngineFixtures):
             killed = time.monotonic()
             _, err = job.communicate(timeout=KILL_DEADLINE + 30)
             seconds = time.monotonic() - killed
-        finally:
-            job.kill()
         assert job.returncode not in (0, None), "processes: the job went on after a worker was killed"
         assert seconds <= KILL_DEADLINE, f"processes: the job took {seconds:.1f} s to end after a worker was killed"
         assert "rank 1" in err.strip().splitlines()[-1] and "SIGKILL" in err, err[-2000:]
@@ -180,15 +189,9 @@ class MultiProcessChecks(EngineFixtures):
     def test_ctrl_c_on_the_launcher_stops_every_worker_and_keeps_the_checkpoint(self, engine, tmp_path):
         self.needs_processes(engine)
         saved = tmp_path / "stopped.npz"
-        job = subprocess.Popen(command(engine.name, "--processes", "2", "--epochs", "50", "--checkpoint", str(saved)),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            first = job.stdout.readline()
-            assert first.startswith("epoch 1/50"), first + job.stderr.read()
+        with long_job(engine.name, saved) as job:
             job.send_signal(signal.SIGINT)
             _, err = job.communicate(timeout=90)
-        finally:
-            job.kill()
         assert job.returncode == 130, err[-2000:]
         assert "interrupted at epoch" in err and "Traceback" not in err, err[-3000:]
         time.sleep(1)

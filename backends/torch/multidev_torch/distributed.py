@@ -22,19 +22,9 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from multidev.engine import MultidevError, ProcessGroup
+from multidev.engine import MultidevError, ProcessGroup, worker_failed
 
 _LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
-
-
-def _how(failure) -> str:
-    code = failure.exitcode
-    if code is not None and code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code} (its own error line is above)"
 
 
 def _cause(exc: ChildFailedError):
@@ -68,8 +58,7 @@ def launch(argv: Sequence[str], processes: int, nnodes: int, node_rank: int, mas
         raise KeyboardInterrupt from None
     except ChildFailedError as exc:
         rank, failure = _cause(exc)
-        raise MultidevError(f"worker rank {rank} {_how(failure)}: the job was stopped (a checkpoint on disk "
-                            f"is whole: --resume it)") from None
+        raise worker_failed(rank, failure.exitcode) from None
     except Exception as exc:  # the rendezvous: a port in use, a master out of reach, a timeout
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MultidevError(f"the workers could not meet at {master}: {first}; check --master (a free port on "
