@@ -1,5 +1,19 @@
+import logging
+import os
 import sys
 
 from .cli import main
+from .group import from_environment
 
-sys.exit(main())
+code = main()
+joined = from_environment()
+if joined is not None and joined.group.size > 1:
+    # A worker's work is done and written (rank 0's files are saved atomically before this point). It ends
+    # here, without the interpreter's teardown: torch's gloo threads can abort that teardown (SIGABRT,
+    # "terminate called without an active exception", about 1 run in 20 of a two-machine job here), and
+    # the launcher would then report a failed worker after a job that succeeded.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+sys.exit(code)

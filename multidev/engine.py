@@ -14,12 +14,12 @@ from .models import BN_EPS, BN_MOMENTUM, Block, ModelSpec, Param, State, lenet_f
 from .group import Launch
 from .protocol import (CAPABILITIES, DTYPES, Backend, BatchT, MultiProcessBackend, ProcessGroup, Replicas, Setup,
                        StepStats)
-from .shard import DeviceShard, Shards
-from .spawn import worker_failed
+from .shard import DeviceShard, Placed, Shards
+from .spawn import Helper, spawn, worker_failed
 
 __all__ = [
     "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "DTYPES", "Device",
-    "DeviceShard", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Param", "ProcessGroup", "Replicas", "Setup", "Shards", "State",
-    "StepStats", "combine_moments", "lenet_flat_features", "resnet18_blocks", "run_lockstep", "running_statistic",
-    "statistic_sources", "worker_failed",
+    "DeviceShard", "Helper", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Param", "Placed",
+    "ProcessGroup", "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments", "lenet_flat_features",
+    "resnet18_blocks", "run_lockstep", "running_statistic", "spawn", "statistic_sources", "worker_failed",
 ]

@@ -11,7 +11,7 @@ from typing import Optional
 from .data import Dataset
 from .errors import MultidevError
 from .group import Launch
-from .protocol import Backend, check_claims
+from .protocol import Backend, check_claims, needed
 from .result import Result, load_json
 
 
@@ -37,7 +37,7 @@ def worker_argv(backend: str, settings: dict, json_path: str) -> list[str]:
 
 def launch_train(engine: Backend, launch: Launch, settings: dict, json_path: Optional[str | Path]) -> Result:
     """Start the workers of this machine, wait for them, and return rank 0's result (node 0 only)."""
-    check_claims(engine, frozenset({"multi_process"}))
+    check_claims(engine, needed(dtype=settings["dtype"], batchnorm=settings["batchnorm"], processes=launch.size))
     with tempfile.TemporaryDirectory(prefix="multidev-launch-") as folder, _worker_threads(launch.processes):
         path = Path(json_path) if json_path is not None else Path(folder) / "result.json"
         engine.launch(worker_argv(engine.name, settings, str(path)), launch)  # type: ignore[attr-defined]

@@ -30,6 +30,7 @@ CAPABILITIES = frozenset({
     "virtual_cpu",      # k > 1 CPU devices in one process (contract: Devices)
     "sync_batchnorm",   # batchnorm="sync": whole-minibatch statistics
     "multi_process",    # a process group of more than one process (contract: Process groups)
+    "sync_batchnorm_processes",  # batchnorm="sync" whose statistics span the processes of a group
     "float64",          # dtype="float64": the float64 runs that float32 answers are judged against
 })
 
@@ -66,6 +67,24 @@ class ProcessGroup:
             raise MultidevError(f"process rank {self.rank} of {self.size}: need 0 <= rank < size and size >= 1")
 
 
+def needed(*, dtype: str, batchnorm: str, processes: int, cpu_devices: int = 1, gpus: int = 0) -> frozenset[str]:
+    """The capabilities a run of these settings asks of an engine (one rule for replicas and launchers)."""
+    wanted = set()
+    if dtype == "float64":
+        wanted.add("float64")
+    if batchnorm == "sync":
+        wanted.add("sync_batchnorm")
+    if cpu_devices > 1:
+        wanted.add("virtual_cpu")
+    if gpus:
+        wanted.add("gpu")
+    if processes > 1:
+        wanted.add("multi_process")
+        if batchnorm == "sync":
+            wanted.add("sync_batchnorm_processes")
+    return frozenset(wanted)
+
+
 @dataclass(frozen=True)
 class Setup:
     """What ``replicate`` is asked to build: the model, this process's devices and how to compute.
@@ -96,18 +115,9 @@ class Setup:
 
     def needs(self) -> frozenset[str]:
         """The capabilities an engine must claim to run this setup."""
-        wanted = set()
-        if self.dtype == "float64":
-            wanted.add("float64")
-        if self.sync:
-            wanted.add("sync_batchnorm")
-        if sum(d.kind == "cpu" for d in self.devices) > 1:
-            wanted.add("virtual_cpu")
-        if any(d.kind == "gpu" for d in self.devices):
-            wanted.add("gpu")
-        if self.group.size > 1:
-            wanted.add("multi_process")
-        return frozenset(wanted)
+        return needed(dtype=self.dtype, batchnorm=self.batchnorm, processes=self.group.size,
+                      cpu_devices=sum(d.kind == "cpu" for d in self.devices),
+                      gpus=sum(d.kind == "gpu" for d in self.devices))
 
 
 @dataclass(frozen=True)
@@ -230,4 +240,5 @@ _instead = {
     "virtual_cpu": "use one CPU device",
     "gpu": "use CPU devices",
     "multi_process": "run one process",
+    "sync_batchnorm_processes": "use batchnorm='local' with processes, or one process with several devices",
 }

@@ -92,6 +92,10 @@ class Shards:
         sizes = self.group_sizes if self.group_sizes is not None else self.sizes
         return [i for i, n in enumerate(sizes) if n > 0]
 
+    def own(self, devices: Sequence[int]) -> list[int]:
+        """Which of these devices of the group (rank-major) are this process's, as its own device indices."""
+        return [i - self.offset for i in devices if 0 <= i - self.offset < len(self.x)]
+
 
 def cut(x: np.ndarray, y: Optional[np.ndarray], sizes: Sequence[int]) -> Shards:
     """The minibatch ``(x, y)`` cut into contiguous shards of ``sizes`` (from :func:`shard_sizes`)."""
@@ -114,6 +118,19 @@ def cut_for_process(x: np.ndarray, y: Optional[np.ndarray], index: np.ndarray, s
 
 
 A = TypeVar("A")
+P = TypeVar("P")
+
+
+class Placed(list, Generic[P]):  # type: ignore[type-arg]
+    """An engine's placed shards in device order (a list), with the core's cut they came from.
+
+    In a group of processes a step needs more than its own shards: the whole
+    batch B and which devices of other processes hold rows (``host``).
+    """
+
+    def __init__(self, parts: Sequence[P], host: Shards) -> None:
+        super().__init__(parts)
+        self.host = host
 
 
 @dataclass(frozen=True)

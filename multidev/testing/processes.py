@@ -102,7 +102,7 @@ class MultiProcessChecks(EngineFixtures):
         self.needs_processes(engine)
         dtype, rtol = "float32", SAME_ENGINE_RTOL
         if batchnorm == "sync":
-            self.require(engine, "sync_batchnorm")
+            self.require(engine, "sync_batchnorm_processes")
             if "float64" in engine.capabilities:
                 dtype, rtol = "float64", FLOAT64_RTOL
         for form, path in ((["--processes", "2"], "processes.npz"), (["--devices", "2"], "devices.npz")):
@@ -145,6 +145,34 @@ class MultiProcessChecks(EngineFixtures):
         time.sleep(1)
         assert not job_processes(str(saved)), "processes: a process of the job is still running"
         ckpt.load(saved)  # whole
+
+    @pytest.mark.slow
+    def test_a_killed_worker_ends_every_machine(self, engine, tmp_path):
+        """Two launches as two machines: killing machine 1's worker ends machine 0's part of the job too."""
+        self.needs_processes(engine)
+        args = ["--threads", THREADS, "--nnodes", "2", "--master", f"127.0.0.1:{free_port()}", "--epochs", "50"]
+        marker = str(tmp_path / "node")
+        nodes = [subprocess.Popen(command(engine.name, *args, "--node-rank", str(r), "--checkpoint", f"{marker}{r}.npz"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+        try:
+            first = nodes[0].stdout.readline()
+            assert first.startswith("epoch 1/50"), first + nodes[0].stderr.read()
+            worker = [p for p in job_processes(f"{marker}1.npz") if p != nodes[1].pid
+                      and b"RANK=1\0" in Path(f"/proc/{p}/environ").read_bytes()]
+            assert worker, "processes: no worker of rank 1 found"
+            os.kill(worker[0], signal.SIGKILL)
+            killed = time.monotonic()
+            errs = [node.communicate(timeout=KILL_DEADLINE + 30)[1] for node in nodes]
+            seconds = time.monotonic() - killed
+        finally:
+            for node in nodes:
+                node.kill()
+        assert all(node.returncode not in (0, None) for node in nodes), errs
+        assert seconds <= KILL_DEADLINE, f"processes: machine 0 took {seconds:.1f} s to end after a worker was killed"
+        assert "rank 1" in errs[1].strip().splitlines()[-1] and "SIGKILL" in errs[1], errs[1][-2000:]
+        assert errs[0].strip().splitlines()[-1].startswith("multidev: error:"), errs[0][-2000:]
+        time.sleep(1)
+        assert not job_processes(marker), "processes: a process of the job is still running"
 
     def test_a_port_in_use_is_one_line(self, engine):
         self.needs_processes(engine)

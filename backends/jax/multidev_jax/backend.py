@@ -17,7 +17,8 @@ class JaxBackend:
     """Creating it changes nothing; JAX's CPU device count is set on the first call, when a run starts."""
 
     name = "jax"
-    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process"})
+    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process",
+                              "sync_batchnorm_processes"})
     frameworks = ("jax", "jaxlib", "flax", "optax")
 
     def settings(self) -> dict[str, str]:

@@ -15,7 +15,7 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from multidev.engine import Device, Launch, MultidevError, ProcessGroup
+from multidev.engine import Device, Launch, MultidevError, ProcessGroup, spawn
 
 from .devices import configure_cpu_devices, jax_devices
 
@@ -24,7 +24,6 @@ HEARTBEAT_SECONDS = 10
 
 
 def launch(argv: Sequence[str], launch: Launch) -> None:
-    from multidev.spawn import spawn
     spawn(argv, launch)
 
 

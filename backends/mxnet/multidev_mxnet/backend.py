@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
-from multidev.engine import Setup, State
+import numpy as np
 
+from multidev.engine import Launch, ProcessGroup, Setup, State
+
+from . import distributed
 from .runtime import THREADS_ENV, mxnet, threads_note
 
 if TYPE_CHECKING:
@@ -16,7 +19,7 @@ class MXNetBackend:
     """Creating it loads nothing: MXNet loads on the first call that needs it (see runtime.py)."""
 
     name = "mxnet"
-    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64"})
+    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process"})
     frameworks = ("mxnet",)
 
     def settings(self) -> dict[str, str]:
@@ -37,3 +40,16 @@ class MXNetBackend:
     def replicate(self, setup: Setup, state: State) -> "MXNetReplicas":
         from .parallel import MXNetReplicas  # loads MXNet on first use (see runtime.py)
         return MXNetReplicas(setup, state)
+
+    # multi_process: MXNet's dist_sync kvstore, its scheduler and servers started by the core's launcher ------
+    def launch(self, argv: Sequence[str], launch: Launch) -> None:
+        distributed.launch(argv, launch)
+
+    def join(self, group: ProcessGroup, local_rank: int) -> None:
+        distributed.join(group)
+
+    def leave(self) -> None:
+        distributed.leave()
+
+    def all_sum(self, values: np.ndarray) -> np.ndarray:
+        return distributed.all_sum(values)

@@ -15,6 +15,11 @@ to reach the contract (docs/contract.md) exactly:
 MXNet queues work per context and returns at once, so one Python thread keeps
 all contexts busy; only sync BatchNorm needs a thread per context (see
 :mod:`.batchnorm`).
+
+In a group of processes every sum goes through the worker's ``dist_sync``
+kvstore (see :mod:`.distributed`): its ``pushpull`` adds the contexts'
+gradients, then the processes', and hands every context the total; the
+Trainer, with no kvstore of its own, then applies SGD on each context.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from multidev.engine import (Device, DeviceShard, MultidevError, Setup, Shards, State, StepStats, run_lockstep,
-                             statistic_sources)
+from multidev.engine import (Device, DeviceShard, MultidevError, Placed, Setup, Shards, State, StepStats,
+                             run_lockstep, statistic_sources)
+
+from . import distributed
 
 from .batchnorm import StatsExchange
 from .model import batchnorms, build, canonical_params, hybridize, trace
@@ -48,6 +55,7 @@ def kvstore_type(contexts: Sequence[mx.Context]) -> str:
 
 #: On its context; x is None for an empty shard. Labels in the network's dtype, as Gluon's losses take them.
 Shard = DeviceShard[Optional[mx.nd.NDArray]]
+Batch = Placed[Shard]
 
 
 @dataclass
@@ -62,6 +70,7 @@ class MXNetReplicas:
         self.setup, self.spec, self.sync, self.dtype = setup, setup.spec, setup.sync, setup.np_dtype
         spec = self.spec
         self.contexts = [mx_context(d) for d in setup.devices]
+        self.dist = setup.group.size > 1  # sums over processes through the dist_sync kvstore
         if self.dtype != np.float32 and self.sync and len(self.contexts) > 1:
             # Measured: the threads of the statistics exchange never finish a float64 step (MXNet 1.9.1).
             raise MultidevError("the mxnet engine runs float64 with local BatchNorm or on one device only: "
@@ -83,17 +92,25 @@ class MXNetReplicas:
         self._statistics = [self._params[name] for name in spec.statistics()]
         self._bns = batchnorms(self.net)
         self._ce = gluon.loss.SoftmaxCrossEntropyLoss()
-        self._stats_kv = mx.kv.create(kvstore_type(self.contexts))
-        if self._statistics:
-            self._stats_kv.init(list(range(len(self._statistics))), [p.data(self.contexts[0]) for p in self._statistics])
+        if self.dist:
+            self._keys = list(range(len(self._trainable)))
+            self._stat_keys = [distributed.STATISTIC_KEYS + j for j in range(len(self._statistics))]
+            # Plain zeros of each shape: a parameter already in oneDNN's layout cannot seed a key
+            distributed.ensure_keys(self._keys + self._stat_keys,
+                                    [nd.zeros(p.shape, dtype=self.dtype) for p in self._trainable + self._statistics])
+        else:
+            self._stats_kv = mx.kv.create(kvstore_type(self.contexts))
+            if self._statistics:
+                self._stats_kv.init(list(range(len(self._statistics))),
+                                    [p.data(self.contexts[0]) for p in self._statistics])
         self.load_state(state)
 
     # Shard -----------------------------------------------------------------
-    def place(self, shards: Shards) -> list[Shard]:
+    def place(self, shards: Shards) -> Batch:
         ys = shards.y if shards.y is not None else [None] * len(shards.x)
-        return [Shard(nd.array(xi, ctx=ctx, dtype=self.dtype) if len(xi) else None,
-                      nd.array(yi, ctx=ctx, dtype=self.dtype) if yi is not None and len(yi) else None, len(xi))
-                for xi, yi, ctx in zip(shards.x, ys, self.contexts)]
+        return Placed([Shard(nd.array(xi, ctx=ctx, dtype=self.dtype) if len(xi) else None,
+                             nd.array(yi, ctx=ctx, dtype=self.dtype) if yi is not None and len(yi) else None, len(xi))
+                       for xi, yi, ctx in zip(shards.x, ys, self.contexts)], shards)
 
     def shards(self, batch: list[Shard]) -> list[np.ndarray]:
         return [s.x.asnumpy() if s.x is not None else np.zeros((0, *self.spec.in_shape), self.dtype) for s in batch]
@@ -119,18 +136,18 @@ class MXNetReplicas:
             for bn in self._bns:
                 bn.exchange = None
 
-    def _backward(self, batch: list[Shard]) -> tuple[StepStats, list[int]]:
-        """Per-context gradients whose sum over contexts is the gradient of the batch's mean loss."""
-        total = sum(s.size for s in batch)
-        active = [i for i, s in enumerate(batch) if s.size > 0]
-        if not active:
+    def _backward(self, batch: Batch) -> tuple[StepStats, list[int]]:
+        """Per-context gradients whose sum over contexts (and processes) is the gradient of the batch's mean loss."""
+        total, active = batch.host.batch, batch.host.active  # B over every process; this process's busy contexts
+        if not total:
             raise MultidevError("an empty minibatch cannot be trained on: give at least one sample")
-        outputs = self._forward(batch, active, total)
-        autograd.backward([outputs[i].loss for i in active])  # one call: sync BN links the contexts
+        outputs = self._forward(batch, active, total) if active else {}
+        if active:
+            autograd.backward([outputs[i].loss for i in active])  # one call: sync BN links the contexts
         self._zero_idle([i for i in range(len(batch)) if i not in active])
         loss = sum(float(outputs[i].ce_sum.asscalar()) for i in active)
         correct = sum(int((outputs[i].logits.argmax(axis=1) == batch[i].y).sum().asscalar()) for i in active)
-        return StepStats(loss, correct, total), active
+        return StepStats(loss, correct, batch.host.total), active
 
     def _zero_idle(self, idle: list[int]) -> None:
         """An empty shard's context contributes a zero gradient, marked fresh for the Trainer."""
@@ -138,6 +155,22 @@ class MXNetReplicas:
             for i in idle:
                 param.grad(self.contexts[i])[:] = 0
                 param.data(self.contexts[i])._fresh_grad = True
+
+    def _allreduce_processes(self) -> None:
+        """Every context gets the gradients summed over the contexts and processes of the job."""
+        grads = [p.list_grad() for p in self._trainable]
+        distributed.kvstore().pushpull(self._keys, grads, out=grads)
+
+    def _sync_statistics_processes(self, batch: Batch) -> None:
+        """The core's rule over every device of the job: the chosen devices' statistics, summed and scaled."""
+        sources, scale = statistic_sources(batch.host.group_active, self.sync)
+        mine = batch.host.own(sources)
+        values = [[p.data(self.contexts[i]) for i in mine] or [nd.zeros_like(p.data(self.contexts[0]))]
+                  for p in self._statistics]
+        distributed.kvstore().pushpull(self._stat_keys, values, out=[p.list_data() for p in self._statistics])
+        for param in self._statistics:
+            for arr in param.list_data():
+                arr *= scale
 
     def _sync_statistics(self, active: list[int]) -> None:
         """Make every context's running statistics the same (contract: BatchNorm), through a kvstore.
@@ -171,19 +204,27 @@ class MXNetReplicas:
                 copy.copyto(arr)
 
     # Protocol --------------------------------------------------------------
-    def train_step(self, batch: list[Shard], lr: float) -> StepStats:
+    def train_step(self, batch: Batch, lr: float) -> StepStats:
         stats, active = self._backward(batch)
         self.trainer.set_learning_rate(lr)
-        self.trainer.step(1)  # the losses are already divided by B
-        self._sync_statistics(active)
+        if self.dist:
+            self._allreduce_processes()
+            self.trainer.update(1)  # the losses are already divided by B
+            self._sync_statistics_processes(batch)
+        else:
+            self.trainer.step(1)
+            self._sync_statistics(active)
         return stats
 
-    def gradients(self, batch: list[Shard]) -> State:
+    def gradients(self, batch: Batch) -> State:
         saved = self._snapshot()  # MXNet's BatchNorm updates running statistics in backward
         self._backward(batch)
-        if self._reducer is None:  # the stepping Trainer updates on the kvstore, so it cannot only reduce
-            self._reducer = self._trainer(update_on_kvstore=False)
-        self._reducer.allreduce_grads()
+        if self.dist:
+            self._allreduce_processes()
+        else:
+            if self._reducer is None:  # the stepping Trainer updates on the kvstore, so it cannot only reduce
+                self._reducer = self._trainer(update_on_kvstore=False)
+            self._reducer.allreduce_grads()
         grads = {name: self._params[name].grad(self.contexts[0]).asnumpy() for name in self.spec.trainable()}
         self._restore(saved)
         return grads
@@ -220,6 +261,10 @@ class MXNetReplicas:
         self._reducer: Optional[gluon.Trainer] = None
 
     def _trainer(self, update_on_kvstore: Optional[bool] = None) -> gluon.Trainer:
-        """Gluon's SGD Trainer over the contexts' kvstore (by default it updates once, on the kvstore)."""
+        """Gluon's SGD Trainer over the contexts' kvstore (by default it updates once, on the kvstore).
+
+        In a group the sums come from the dist_sync kvstore first, and the Trainer only updates.
+        """
         return gluon.Trainer(self._trainable, "sgd", {"learning_rate": 0.1},
-                             kvstore=kvstore_type(self.contexts), update_on_kvstore=update_on_kvstore)
+                             kvstore=None if self.dist else kvstore_type(self.contexts),
+                             update_on_kvstore=None if self.dist else update_on_kvstore)

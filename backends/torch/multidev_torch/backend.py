@@ -15,7 +15,8 @@ from .parallel import TorchReplicas
 
 class TorchBackend:
     name = "torch"
-    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process"})
+    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process",
+                              "sync_batchnorm_processes"})
     frameworks = ("torch",)
 
     def settings(self) -> dict[str, str]:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from multidev.engine import (AllGather, Device, DeviceShard, MultidevError, Setup, Shards, State, StepStats,
+from multidev.engine import (AllGather, Device, DeviceShard, MultidevError, Placed, Setup, Shards, State, StepStats,
                              run_lockstep, running_statistic, statistic_sources)
 
 from .batchnorm import BatchNorm
@@ -29,14 +29,7 @@ def torch_device(device: Device) -> torch.device:
 
 
 Shard = DeviceShard[torch.Tensor]
-
-
-class Batch(list):
-    """The placed shards in device order (a list), and the core's shards they came from."""
-
-    def __init__(self, parts: list[Shard], host: Shards) -> None:
-        super().__init__(parts)
-        self.host = host
+Batch = Placed[Shard]
 
 
 class TorchReplicas:
@@ -62,9 +55,9 @@ class TorchReplicas:
     # Shard -----------------------------------------------------------------
     def place(self, shards: Shards) -> Batch:
         ys = shards.y if shards.y is not None else [None] * len(shards.x)
-        return Batch([Shard(torch.from_numpy(np.ascontiguousarray(xi)).to(place, self.dtype),
-                      None if yi is None else torch.from_numpy(np.ascontiguousarray(yi)).to(place), len(xi))
-                for xi, yi, place in zip(shards.x, ys, self._places)], shards)
+        return Placed([Shard(torch.from_numpy(np.ascontiguousarray(xi)).to(place, self.dtype),
+                       None if yi is None else torch.from_numpy(np.ascontiguousarray(yi)).to(place), len(xi))
+                       for xi, yi, place in zip(shards.x, ys, self._places)], shards)
 
     def shards(self, batch: list[Shard]) -> list[np.ndarray]:
         return [s.x.cpu().numpy() for s in batch]
@@ -158,7 +151,7 @@ class TorchReplicas:
     def _sync_statistics_processes(self, batch: Batch) -> None:
         """The core's rule over every device of the job: the chosen devices' statistics, summed and scaled."""
         sources, scale = statistic_sources(batch.host.group_active, self.sync)
-        mine = [i - batch.host.offset for i in sources if 0 <= i - batch.host.offset < len(self.models)]
+        mine = batch.host.own(sources)
         values = []
         for layer in zip(*self._bns):
             for name in ("running_mean", "running_var"):

@@ -1,0 +1,144 @@
+"""One process per device (or per few) on MXNet's own runtime: the distributed kvstore (``dist_sync``).
+
+MXNet's parameter server (ps-lite, built into the wheel) has three roles: a
+scheduler on machine 0 where everyone meets, servers that sum what the
+workers push, and the workers. The core's launcher starts all three with
+MXNet's ``DMLC_*`` variables (MXNet's own ``tools/launch.py`` fails on Python
+3.11): the scheduler on machine 0 at ``--master``, one server on each
+machine, and the workers. Each worker opens one ``dist_sync`` kvstore and
+every sum of the job goes through it: gradients, running statistics and the
+core's ``all_sum``.
+
+A kvstore waits forever on a dead worker. On one machine the launcher is the
+watchdog: the first process that fails has the others stopped. Across
+machines ps-lite's heartbeats are: the scheduler ends when a worker or server
+misses them for ``DEAD_AFTER`` seconds, and every other process ends when the
+scheduler does, so each machine's launcher stops its own processes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import sys
+import threading
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from multidev.engine import Helper, Launch, MultidevError, ProcessGroup, spawn
+
+from .runtime import mxnet
+
+#: kvstore keys: the trainable parameters' gradients from 0, the running statistics and the core's sums apart
+STATISTIC_KEYS = 100_000
+SUM_KEY = 200_000
+#: float64s one sum carries; longer arrays go in several. One key of one shape, made at join: a key made
+#: while pushes are in flight makes ps-lite abort the worker (measured: MXNet 1.9.1)
+SUM_WIDTH = 64
+
+#: ps-lite's node groups (ps/base.h), for MXKVStoreGetNumDeadNode
+SCHEDULER, SERVERS, WORKERS = 1, 2, 4
+#: seconds between heartbeats, and without one before a process counts as dead
+HEARTBEAT_SECONDS, DEAD_AFTER = 1, 10
+
+_open: dict[str, object] = {}   # "kv": this worker's dist_sync kvstore while it is in a job; "unwatch"
+_keys: set[int] = set()          # keys initialised on it (every rank initialises the same keys in the same order)
+
+
+def environment(launch: Launch) -> dict[str, str]:
+    """What every process of the job reads to find the scheduler: machine 0 at ``--master``."""
+    host, _, port = launch.master.rpartition(":")
+    return {"DMLC_PS_ROOT_URI": host, "DMLC_PS_ROOT_PORT": port, "DMLC_NUM_SERVER": str(launch.nnodes),
+            "DMLC_NUM_WORKER": str(launch.size), "PS_HEARTBEAT_INTERVAL": str(HEARTBEAT_SECONDS)}
+
+
+def launch(argv: Sequence[str], launch: Launch) -> None:
+    common = environment(launch)
+    serve = ["multidev_mxnet.serve", "--", *argv]  # the job's arguments only name it in `ps`
+    helpers = [Helper("mxnet server", serve, dict(common, DMLC_ROLE="server"))]
+    if launch.node_rank == 0:
+        helpers.insert(0, Helper("mxnet scheduler", serve, dict(common, DMLC_ROLE="scheduler")))
+    spawn(argv, launch, dict(common, DMLC_ROLE="worker"), helpers)
+
+
+def join(group: ProcessGroup) -> None:
+    mx = mxnet()
+    try:
+        kv = mx.kv.create("dist_sync")
+    except mx.base.MXNetError as exc:
+        raise MultidevError(f"rank {group.rank} could not open MXNet's dist_sync kvstore: "
+                            f"{str(exc).strip().splitlines()[0][:200]}; start workers with `multidev train "
+                            f"--processes N`, which starts the scheduler and servers too") from None
+    if kv.num_workers != group.size:
+        raise MultidevError(f"MXNet's scheduler counts {kv.num_workers} workers, the launcher started {group.size}: "
+                            f"set DMLC_NUM_WORKER to the job's process count")
+    _open["kv"], _open["unwatch"] = kv, watch(kv, SCHEDULER, f"rank {group.rank} lost the mxnet scheduler")
+    ensure_keys([SUM_KEY], [mx.nd.zeros((SUM_WIDTH,), dtype="float64")])
+
+
+def watch(kv, nodes: int, says: str) -> Callable[[], None]:
+    """End this process, with one line, once one of ``nodes`` has sent no heartbeat for ``DEAD_AFTER`` s.
+
+    Returns the call that stops watching; it must come before ``kv`` is freed.
+    """
+    if "PS_HEARTBEAT_INTERVAL" not in os.environ:
+        return lambda: None  # no heartbeats (a job started by hand): nothing to watch
+    lib, handle, stop, busy = mxnet().base._LIB, kv.handle, threading.Event(), threading.Lock()
+
+    def check() -> None:
+        dead = ctypes.c_int()
+        while not stop.wait(HEARTBEAT_SECONDS):
+            with busy:
+                if stop.is_set() or lib.MXKVStoreGetNumDeadNode(handle, nodes, ctypes.byref(dead), DEAD_AFTER):
+                    continue
+            if dead.value:
+                print(f"multidev: error: {says.format(n=dead.value)} (no heartbeat for {DEAD_AFTER} s): another "
+                      f"process of the job ended; its machine's launcher says which", file=sys.stderr, flush=True)
+                os._exit(1)
+
+    def stopped() -> None:
+        with busy:
+            stop.set()
+
+    threading.Thread(target=check, name="multidev-mxnet-watch", daemon=True).start()
+    return stopped
+
+
+def leave() -> None:
+    """Close the kvstore: its goodbye to the scheduler lets the servers and the scheduler end."""
+    if "unwatch" in _open:
+        _open["unwatch"]()
+    _open.clear()
+    _keys.clear()
+    gc.collect()  # nothing else may hold it: the handle is freed, and ps-lite finalised, here
+
+
+def kvstore():
+    """This worker's ``dist_sync`` kvstore."""
+    if "kv" not in _open:
+        raise MultidevError("this process is not in a job: join() first")
+    return _open["kv"]
+
+
+def ensure_keys(keys: Sequence[int], values: Sequence) -> None:
+    """Initialise the keys not yet on the servers (a collective: every rank calls it alike)."""
+    new = [(k, v) for k, v in zip(keys, values) if k not in _keys]
+    if new:
+        kvstore().init([k for k, _ in new], [v for _, v in new])
+        _keys.update(k for k, _ in new)
+
+
+def all_sum(values: np.ndarray) -> np.ndarray:
+    mx = mxnet()
+    flat = np.asarray(values, np.float64).ravel()
+    summed = np.zeros(-(-len(flat) // SUM_WIDTH) * SUM_WIDTH)
+    summed[:len(flat)] = flat
+    out = mx.nd.zeros((SUM_WIDTH,), dtype="float64")
+    for start in range(0, len(summed), SUM_WIDTH):
+        kvstore().pushpull(SUM_KEY, mx.nd.array(summed[start:start + SUM_WIDTH], dtype="float64"), out=out)
+        summed[start:start + SUM_WIDTH] = out.asnumpy()
+    return summed[:len(flat)].reshape(np.shape(values))
+
