@@ -99,7 +99,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="skip the float64 run per device count that float32 runs are measured against")
     c.add_argument("--float64", action="store_true",
                    help="also run every other engine in float64, to tell a flipped ReLU from a different definition")
-    for name in ("model", "dataset", "data_dir", "epochs", "batch_size", "lr", "seed", "batchnorm", "threads"):
+    for name in ("model", "dataset", "data_dir", "epochs", "batch_size", "lr", "seed", "batchnorm", "threads",
+                 "processes"):
         action = next(a for a in t._actions if a.dest == name)
         c.add_argument(*action.option_strings, default=action.default, type=action.type,
                        choices=action.choices, help=action.help)
@@ -131,7 +132,8 @@ def _compare(args: argparse.Namespace) -> int:
     outcomes = compare(backends, _counts(args.devices, "--devices"), out=out, progress=True, timeout=args.timeout,
                        truth=not args.no_truth, float64=args.float64,
                        model=args.model, dataset=args.dataset, data_dir=args.data_dir, epochs=args.epochs,
-                       batch_size=args.batch_size, lr=args.lr, seed=args.seed, batchnorm=args.batchnorm)
+                       batch_size=args.batch_size, lr=args.lr, seed=args.seed, batchnorm=args.batchnorm,
+                       processes=args.processes)
     print((out / "results.md").read_text(), end="")
     plots = ", ".join(p.name for p in sorted(out.glob("*.png")))
     print(f"wrote {out}/results.json, results.md, {plots}")

@@ -37,10 +37,12 @@ class RunSpec:
     data_dir: Optional[str] = None
     gpus: bool = False  # ask for GPUs (falling back to CPU devices) instead of CPU devices
     dtype: str = "float32"
+    processes: int = 1  # worker processes, each with ``devices`` of its own (engines that claim multi_process)
 
     @property
     def label(self) -> str:
-        return f"{self.backend} x{self.devices}" + (f" {self.dtype}" if self.dtype != "float32" else "")
+        where = f" x{self.devices}" if self.processes == 1 else f" {self.processes}p x{self.devices}"
+        return self.backend + where + (f" {self.dtype}" if self.dtype != "float32" else "")
 
     def argv(self, json_path: Path, trace: Optional[Path] = None) -> list[str]:
         where = "--gpus" if self.gpus else "--devices"
@@ -49,6 +51,7 @@ class RunSpec:
                 "--lr", repr(self.lr), "--seed", str(self.seed), "--batchnorm", self.batchnorm,
                 "--dtype", self.dtype, "--json", str(json_path), "--no-progress"]
         args += ["--trace", str(trace)] if trace is not None else []
+        args += ["--processes", str(self.processes)] if self.processes > 1 else []
         return args + (["--data-dir", self.data_dir] if self.data_dir else [])
 
 

@@ -15,10 +15,10 @@ from .group import Launch
 from .protocol import (CAPABILITIES, DTYPES, Backend, BatchT, MultiProcessBackend, ProcessGroup, Replicas, Setup,
                        StepStats)
 from .shard import DeviceShard, Placed, Shards
-from .spawn import Helper, spawn, worker_failed
+from .spawn import Helper, cause, spawn, worker_failed
 
 __all__ = [
-    "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "DTYPES", "Device",
+    "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "cause", "DTYPES", "Device",
     "DeviceShard", "Helper", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Param", "Placed",
     "ProcessGroup", "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments", "lenet_flat_features",
     "resnet18_blocks", "run_lockstep", "running_statistic", "spawn", "statistic_sources", "worker_failed",

@@ -39,6 +39,17 @@ def _how(code: int) -> str:
         return f"was killed by signal {-code}"
 
 
+def cause(failures: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """Of the workers seen failing together, as (rank, exit code) in the order they failed, the one to name.
+
+    A worker killed by a signal (not the SIGTERM a launcher sends the rest) is
+    the cause; a worker that then exits with an error of its own only lost its
+    peer, and may be seen first when both end within one poll.
+    """
+    killed = [f for f in failures if f[1] < 0 and f[1] != -signal.SIGTERM]
+    return (killed or list(failures))[0]
+
+
 def worker_failed(rank: int, code: int) -> MultidevError:
     """The one line a launcher ends a job with when worker ``rank`` ended with exit ``code`` (negative: a signal)."""
     return MultidevError(f"worker rank {rank} {_how(code)}: the job was stopped (a checkpoint on disk is whole: "
@@ -104,11 +115,10 @@ def spawn(argv: Sequence[str], launch: Launch, env: Mapping[str, str] | None = N
     try:
         while True:
             codes = [w.poll() for w in workers]
-            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            failed = [(launch.node_rank * launch.processes + i, c) for i, c in enumerate(codes) if c not in (None, 0)]
             if failed:
-                local, code = failed[0]
                 _stop(workers + served, signal.SIGKILL, 5.0)  # the rest would wait on the dead one
-                raise worker_failed(launch.node_rank * launch.processes + local, code)
+                raise worker_failed(*cause(failed))
             broken = [(h, p.returncode) for h, p in zip(helpers, served) if p.poll() not in (None, 0)]
             if broken:
                 _stop(workers + served, signal.SIGKILL, 5.0)

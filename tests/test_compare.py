@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import multidev
 from multidev.compare import RunSpec
@@ -58,3 +59,16 @@ def test_compare_from_python_returns_outcomes():
     outcomes = multidev.compare(runs=[RunSpec("torch", 1, model="lenet", dataset="synthetic", epochs=1)], truth=False)
     assert len(outcomes) == 1 and outcomes[0].error is None  # no float64 run asked for
     assert outcomes[0].result.test_total == 128 and outcomes[0].divergence is None
+
+
+def test_compare_runs_each_engine_as_several_processes_when_asked():
+    """`multidev compare --processes 2`: every run is one job of 2 workers, labelled so."""
+    from multidev.cli import _parser
+
+    args = _parser().parse_args(["compare", "--backends", "torch", "--out", "o", "--processes", "2"])
+    assert args.processes == 2
+    spec = RunSpec("jax", 1, processes=2)
+    assert spec.label == "jax 2p x1"
+    argv = spec.argv(Path("r.json"))
+    assert argv[argv.index("--processes") + 1] == "2" and argv[argv.index("--devices") + 1] == "1"
+    assert "--processes" not in RunSpec("jax", 2).argv(Path("r.json"))

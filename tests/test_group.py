@@ -70,3 +70,13 @@ def test_the_launcher_refuses_what_the_workers_could_not_run():
     with pytest.raises(MultidevError, match="does not offer sync_batchnorm_processes: use batchnorm='local' with "
                                             "processes"):
         multidev.train(SyncInOneProcessOnly(), model="lenet", dataset="digits", batchnorm="sync", processes=2)
+
+
+def test_the_worker_killed_is_named_not_the_one_that_lost_it():
+    """Rank 1 is killed and rank 0, its peer gone, exits with an error within the same poll."""
+    from multidev.spawn import cause
+    import signal
+
+    assert cause([(0, 2), (1, -signal.SIGKILL)]) == (1, -signal.SIGKILL)
+    assert cause([(0, -signal.SIGTERM), (1, 3)]) == (0, -signal.SIGTERM)  # the launcher's SIGTERM: order decides
+    assert cause([(2, 1), (0, 2)]) == (2, 1)

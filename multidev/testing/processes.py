@@ -152,7 +152,8 @@ class MultiProcessChecks(EngineFixtures):
         self.needs_processes(engine)
         args = ["--threads", THREADS, "--nnodes", "2", "--master", f"127.0.0.1:{free_port()}", "--epochs", "50"]
         marker = str(tmp_path / "node")
-        nodes = [subprocess.Popen(command(engine.name, *args, "--node-rank", str(r), "--checkpoint", f"{marker}{r}.npz"),
+        nodes = [subprocess.Popen(command(engine.name, *args, "--node-rank", str(r),
+                                          "--checkpoint", f"{marker}{r}.npz"),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
         try:
             first = nodes[0].stdout.readline()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import sys
 from datetime import timedelta
 from typing import Iterator, Optional, Sequence
@@ -22,15 +21,9 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from multidev.engine import MultidevError, ProcessGroup, worker_failed
+from multidev.engine import MultidevError, ProcessGroup, cause, worker_failed
 
 _LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
-
-
-def _cause(exc: ChildFailedError):
-    """The failure that ended the job: not the SIGTERM the launcher then sent to the survivors."""
-    own = {r: f for r, f in exc.failures.items() if f.exitcode != -signal.SIGTERM}
-    return min(own.items(), key=lambda item: item[1].timestamp) if own else exc.get_first_failure()
 
 
 @contextlib.contextmanager
@@ -57,8 +50,8 @@ def launch(argv: Sequence[str], processes: int, nnodes: int, node_rank: int, mas
     except SignalException:  # Ctrl-C or SIGTERM: the agent passed it on; each worker stopped at a step boundary
         raise KeyboardInterrupt from None
     except ChildFailedError as exc:
-        rank, failure = _cause(exc)
-        raise worker_failed(rank, failure.exitcode) from None
+        failures = sorted(exc.failures.items(), key=lambda item: item[1].timestamp)
+        raise worker_failed(*cause([(rank, f.exitcode) for rank, f in failures])) from None
     except Exception as exc:  # the rendezvous: a port in use, a master out of reach, a timeout
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MultidevError(f"the workers could not meet at {master}: {first}; check --master (a free port on "
