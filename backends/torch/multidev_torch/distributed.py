@@ -94,6 +94,8 @@ def all_sum(values: np.ndarray, device: Optional[torch.device] = None) -> np.nda
 
 def all_sum_tensors(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Many tensors summed over the processes in one collective (flattened into one buffer and back)."""
+    if not tensors:  # a model without BatchNorm has no running statistics to sum
+        return []
     flat = torch._utils._flatten_dense_tensors(tensors)
     with _peers():
         dist.all_reduce(flat)
