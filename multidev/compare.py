@@ -108,7 +108,8 @@ def markdown(outcomes: Sequence[Outcome]) -> str:
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for o in outcomes:
         s = o.spec
-        head = f"| {s.backend} | {s.devices} | {s.dtype} | {s.batch_size} | {s.lr} |"
+        where = s.devices if s.processes == 1 else f"{s.processes} processes x {s.devices}"
+        head = f"| {s.backend} | {where} | {s.dtype} | {s.batch_size} | {s.lr} |"
         if o.result is None:
             rows.append(f"{head} failed: {o.error} | | | | | |")
             continue
