@@ -64,13 +64,23 @@ def assert_same(got: Path, want: Path, promise: str, rtol: float = SAME_ENGINE_R
     assert_states_close(ckpt.load(got)[1], ckpt.load(want)[1], rtol=rtol, promise=promise)
 
 
+def first_epoch(out) -> str:
+    """The job's output up to its first epoch line (a framework may print lines of its own first)."""
+    seen = ""
+    for line in out:
+        seen += line
+        if line.startswith("epoch 1/"):
+            return line
+    return seen
+
+
 @contextlib.contextmanager
 def long_job(engine: str, saved: Path) -> Iterator[subprocess.Popen]:
     """A 2-process job of 50 epochs, handed over once its first epoch is done; killed on the way out."""
     job = subprocess.Popen(command(engine, "--processes", "2", "--epochs", "50", "--checkpoint", str(saved)),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        first = job.stdout.readline()
+        first = first_epoch(job.stdout)
         assert first.startswith("epoch 1/50"), first + job.stderr.read()
         yield job
     finally:
@@ -160,7 +170,7 @@ class MultiProcessChecks(EngineFixtures):
                                           "--checkpoint", f"{marker}{r}.npz"),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
         try:
-            first = nodes[0].stdout.readline()
+            first = first_epoch(nodes[0].stdout)
             assert first.startswith("epoch 1/50"), first + nodes[0].stderr.read()
             worker = [p for p in job_processes(f"{marker}1.npz") if p != nodes[1].pid
                       and b"RANK=1\0" in Path(f"/proc/{p}/environ").read_bytes()]
