@@ -100,7 +100,7 @@ def mxnet_allreduce_seconds(numel: int, repeats: int = 5) -> float:
                DMLC_NUM_WORKER="2")
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "seconds")
-        serve = [subprocess.Popen([sys.executable, "-m", "multidev_mxnet.serve"], env=dict(env, DMLC_ROLE=role))
+        serve = [subprocess.Popen([sys.executable, "-m", "multidev_mxnet.serve"], env=dict(env, MULTIDEV_MXNET_ROLE=role))
                  for role in ("scheduler", "server")]
         workers = [subprocess.Popen([sys.executable, "-c", _MXNET_WORKER, str(numel), str(repeats), out],
                                     env=dict(env, DMLC_ROLE="worker", RANK=str(rank))) for rank in (0, 1)]

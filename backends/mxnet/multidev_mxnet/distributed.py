@@ -39,6 +39,8 @@ SUM_KEY = 200_000
 #: while pushes are in flight makes ps-lite abort the worker (measured: MXNet 1.9.1)
 SUM_WIDTH = 64
 
+#: the role of a helper process (multidev_mxnet.serve): not DMLC_ROLE, with which MXNet serves as it loads
+ROLE_ENV = "MULTIDEV_MXNET_ROLE"
 #: ps-lite's node groups (ps/base.h), for MXKVStoreGetNumDeadNode
 SCHEDULER, SERVERS, WORKERS = 1, 2, 4
 #: seconds between heartbeats, and without one before a process counts as dead
@@ -58,9 +60,9 @@ def environment(launch: Launch) -> dict[str, str]:
 def launch(argv: Sequence[str], launch: Launch) -> None:
     common = environment(launch)
     serve = ["multidev_mxnet.serve", "--", *argv]  # the job's arguments only name it in `ps`
-    helpers = [Helper("mxnet server", serve, dict(common, DMLC_ROLE="server"))]
+    helpers = [Helper("mxnet server", serve, dict(common, **{ROLE_ENV: "server"}))]
     if launch.node_rank == 0:
-        helpers.insert(0, Helper("mxnet scheduler", serve, dict(common, DMLC_ROLE="scheduler")))
+        helpers.insert(0, Helper("mxnet scheduler", serve, dict(common, **{ROLE_ENV: "scheduler"})))
     spawn(argv, launch, dict(common, DMLC_ROLE="worker"), helpers)
 
 

@@ -1,27 +1,30 @@
-"""``python -m multidev_mxnet.serve``: MXNet's scheduler or a server of a job, as ``DMLC_ROLE`` says.
+"""``python -m multidev_mxnet.serve``: MXNet's scheduler or a server of a job, as ``ROLE_ENV`` says.
 
-MXNet would serve as soon as it loads; it is loaded as a worker instead and
-serves here, so that the scheduler can watch the job: ps-lite's heartbeats
-(``PS_HEARTBEAT_INTERVAL``, set by the launcher) tell it when a process of
-another machine is gone, and it then ends, which ends the job everywhere
-(see :func:`.distributed.watch`). The arguments after ``--`` are the job's,
-there only so that ``ps`` shows which job a scheduler or server belongs to.
+MXNet serves as soon as it loads when ``DMLC_ROLE`` names a scheduler or a
+server, before anything can watch the job. So the launcher passes the role
+in a variable of multidev's own, and this program hands it to ps-lite's own
+settings (``MXInitPSEnv``), never to the process environment, and then
+serves, watched: ps-lite's heartbeats (``PS_HEARTBEAT_INTERVAL``, set by the
+launcher) tell the scheduler when a process of another machine is gone, and
+it then ends, which ends the job everywhere (see :func:`.distributed.watch`).
+The arguments after ``--`` are the job's, there only so that ``ps`` shows
+which job a scheduler or server belongs to.
 """
 
+import ctypes
 import os
 import sys
 
-from .distributed import SCHEDULER, SERVERS, WORKERS, watch
+from .distributed import ROLE_ENV, SCHEDULER, SERVERS, WORKERS, watch
 from .runtime import mxnet
 
-role = os.environ.get("DMLC_ROLE")
-if role not in ("scheduler", "server"):
-    sys.exit("multidev_mxnet.serve runs MXNet's scheduler or a server: set DMLC_ROLE (the launcher does)")
-os.environ["DMLC_ROLE"] = "worker"  # MXNet reads it when it loads (and would serve there, unwatched)
-try:
-    mx = mxnet()
-finally:
-    os.environ["DMLC_ROLE"] = role
+role = os.environ.get(ROLE_ENV)
+if role not in ("scheduler", "server") or "DMLC_ROLE" in os.environ:
+    sys.exit(f"multidev_mxnet.serve runs MXNet's scheduler or a server: set {ROLE_ENV}, not DMLC_ROLE "
+             f"(the launcher does)")
+mx = mxnet()
+keys, values = (ctypes.c_char_p * 1)(b"DMLC_ROLE"), (ctypes.c_char_p * 1)(role.encode())
+mx.base.check_call(mx.base._LIB.MXInitPSEnv(ctypes.c_uint(1), keys, values))
 kv = mx.kv.create("dist")
 if role == "scheduler":
     unwatch = watch(kv, WORKERS + SERVERS, "the mxnet scheduler lost {n} process(es) of the job")
