@@ -99,10 +99,10 @@ class MXNetReplicas:
             distributed.ensure_keys(self._keys + self._stat_keys,
                                     [nd.zeros(p.shape, dtype=self.dtype) for p in self._trainable + self._statistics])
         else:
+            self._stat_keys = list(range(len(self._statistics)))
             self._stats_kv = mx.kv.create(kvstore_type(self.contexts))
             if self._statistics:
-                self._stats_kv.init(list(range(len(self._statistics))),
-                                    [p.data(self.contexts[0]) for p in self._statistics])
+                self._stats_kv.init(self._stat_keys, [p.data(self.contexts[0]) for p in self._statistics])
         self.load_state(state)
 
     # Shard -----------------------------------------------------------------
@@ -161,35 +161,27 @@ class MXNetReplicas:
         grads = [p.list_grad() for p in self._trainable]
         distributed.kvstore().pushpull(self._keys, grads, out=grads)
 
-    def _sync_statistics_processes(self, batch: Batch) -> None:
-        """The core's rule over every device of the job: the chosen devices' statistics, summed and scaled."""
+    def _sync_statistics(self, batch: Batch) -> None:
+        """Make every context's running statistics the same (contract: BatchNorm), through a kvstore.
+
+        The rule (which devices of the job, what factor) is the core's
+        ``statistic_sources``; the sum is the kvstore's: one ``pushpull`` sums
+        this process's sources (zeros where it holds none), and in a group the
+        other processes' too, and writes the sum to every context, ~10x faster
+        than copying 2 x 20 small arrays one by one. Under sync BatchNorm the
+        whole batch's statistic is first blended in on the leading context.
+        """
+        if len(self.contexts) == 1 and not self.dist:
+            return
+        if self.sync and len(batch.host.active) > 1:
+            for bn in self._bns:
+                bn.fold_batch_statistics()
         sources, scale = statistic_sources(batch.host.group_active, self.sync)
         mine = batch.host.own(sources)
         values = [[p.data(self.contexts[i]) for i in mine] or [nd.zeros_like(p.data(self.contexts[0]))]
                   for p in self._statistics]
-        distributed.kvstore().pushpull(self._stat_keys, values, out=[p.list_data() for p in self._statistics])
-        for param in self._statistics:
-            for arr in param.list_data():
-                arr *= scale
-
-    def _sync_statistics(self, active: list[int]) -> None:
-        """Make every context's running statistics the same (contract: BatchNorm), through a kvstore.
-
-        The rule (which contexts, what factor) is the core's ``statistic_sources``;
-        the sum is the kvstore's: one ``pushpull`` sums the sources and writes
-        the sum to every context, ~10x faster than copying 2 x 20 small arrays
-        one by one. Under sync BatchNorm the whole batch's statistic is first
-        blended in on the leading context.
-        """
-        if len(self.contexts) == 1:
-            return
-        if self.sync and len(active) > 1:
-            for bn in self._bns:
-                bn.fold_batch_statistics()
-        sources, scale = statistic_sources(active, self.sync)
-        keys = list(range(len(self._statistics)))
-        self._stats_kv.pushpull(keys, [[p.data(self.contexts[i]) for i in sources] for p in self._statistics],
-                                out=[p.list_data() for p in self._statistics])
+        kv = distributed.kvstore() if self.dist else self._stats_kv
+        kv.pushpull(self._stat_keys, values, out=[p.list_data() for p in self._statistics])
         if scale != 1.0:
             for param in self._statistics:
                 for arr in param.list_data():
@@ -205,15 +197,14 @@ class MXNetReplicas:
 
     # Protocol --------------------------------------------------------------
     def train_step(self, batch: Batch, lr: float) -> StepStats:
-        stats, active = self._backward(batch)
+        stats, _ = self._backward(batch)
         self.trainer.set_learning_rate(lr)
         if self.dist:
             self._allreduce_processes()
             self.trainer.update(1)  # the losses are already divided by B
-            self._sync_statistics_processes(batch)
         else:
             self.trainer.step(1)
-            self._sync_statistics(active)
+        self._sync_statistics(batch)
         return stats
 
     def gradients(self, batch: Batch) -> State:
