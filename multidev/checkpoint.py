@@ -1,8 +1,9 @@
 """One framework-neutral checkpoint format, written atomically (contract: Checkpoints and interruption).
 
 A checkpoint is a NumPy ``.npz`` archive: every canonical array under its
-canonical name, plus ``__meta__``, a JSON document (model, input shape,
-classes, epoch, seed, history). Any engine reads it; a crash mid-write leaves
+canonical name, the optimizer's state under its canonical names
+(``optimizer.*``, see ``multidev.optim``), plus ``__meta__``, a JSON
+document (model, input shape, classes, epoch, seed, history, recipe). Any engine reads it; a crash mid-write leaves
 the previous file intact because the new one is renamed into place.
 """
 
@@ -19,18 +20,20 @@ import numpy as np
 from .errors import MultidevError
 from .files import atomic_write
 from .models import ModelSpec, State
+from .optim import STATE_PREFIX
 
 VERSION = 2  # 2: may hold a mid-epoch position; 1 is read too
 FORMAT = f"multidev-checkpoint/{VERSION}"
 META = "__meta__"
 
 
-def save(path: str | Path, spec: ModelSpec, state: State, **meta: Any) -> Path:
+def save(path: str | Path, spec: ModelSpec, state: State, optimizer_state: State | None = None, **meta: Any) -> Path:
     path = Path(path)
     spec.check(state)
     header = {"format": FORMAT, "model": spec.name, "in_shape": list(spec.in_shape),
               "num_classes": spec.num_classes, **meta}
     arrays = {name: np.asarray(value) for name, value in state.items()}
+    arrays.update({name: np.asarray(value) for name, value in (optimizer_state or {}).items()})
     arrays[META] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
     with atomic_write(path, what="checkpoint") as f:
         np.savez(f, **arrays)
@@ -59,5 +62,12 @@ def load(path: str | Path) -> tuple[ModelSpec, State, dict[str, Any]]:
                             f"{VERSION}): upgrade multidev to resume from it")
     spec = ModelSpec(meta["model"], tuple(meta["in_shape"]), int(meta["num_classes"]))
     state = {p.name: arrays[p.name] for p in spec.params() if p.name in arrays}
-    spec.check(arrays)
+    spec.check({name: value for name, value in arrays.items() if not name.startswith(STATE_PREFIX)})
     return spec, state, meta
+
+
+def load_optimizer_state(path: str | Path) -> State:
+    """The optimizer's state a checkpoint holds, under its canonical names (empty for plain SGD)."""
+    load(path)  # the same one-line errors for a missing or foreign file
+    with np.load(Path(path), allow_pickle=False) as archive:
+        return {name: archive[name] for name in archive.files if name.startswith(STATE_PREFIX)}

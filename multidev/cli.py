@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Optional, Sequence
 
+from . import recipe
 from .data import DATASETS
 from .errors import MultidevError
 from .interrupt import Interrupted
@@ -89,6 +90,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--nnodes", type=int, default=1, help="machines in the job (run the same command on each)")
     t.add_argument("--node-rank", type=int, default=0, help="this machine's number, 0 to nnodes - 1")
     t.add_argument("--master", default=DEFAULT_MASTER, help="HOST:PORT where the workers meet (machine 0)")
+    t.add_argument("--no-prefetch", action="store_true",
+                   help="place each minibatch when its step starts, not during the step before")
+    recipe.add_arguments(t)
 
     c = sub.add_parser("compare", help="the same job on several engines and device counts, side by side")
     c.add_argument("--backends", default="torch", help="comma-separated engines, e.g. torch,jax,mxnet")
@@ -104,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
         action = next(a for a in t._actions if a.dest == name)
         c.add_argument(*action.option_strings, default=action.default, type=action.type,
                        choices=action.choices, help=action.help)
+    recipe.add_arguments(c)
 
     sub.add_parser("backends", help="list installed engines, versions and devices")
     return parser
@@ -133,7 +138,7 @@ def _compare(args: argparse.Namespace) -> int:
                        truth=not args.no_truth, float64=args.float64,
                        model=args.model, dataset=args.dataset, data_dir=args.data_dir, epochs=args.epochs,
                        batch_size=args.batch_size, lr=args.lr, seed=args.seed, batchnorm=args.batchnorm,
-                       processes=args.processes)
+                       processes=args.processes, recipe=recipe.from_args(args))
     print((out / "results.md").read_text(), end="")
     plots = ", ".join(p.name for p in sorted(out.glob("*.png")))
     print(f"wrote {out}/results.json, results.md, {plots}")
@@ -159,7 +164,8 @@ def _train(args: argparse.Namespace) -> int:
                    seed=args.seed, batchnorm=args.batchnorm, checkpoint=args.checkpoint, resume=args.resume,
                    progress=not args.no_progress, on_epoch=None if launching else report, dtype=args.dtype,
                    trace=args.trace, processes=args.processes, nnodes=args.nnodes, node_rank=args.node_rank,
-                   master=args.master, json_path=args.json)
+                   master=args.master, json_path=args.json, prefetch=not args.no_prefetch,
+                   **recipe.train_kwargs(recipe.from_args(args)))
     if (joined is not None and joined.group.rank != 0) or (launching and args.node_rank != 0):
         return 0  # rank 0 reports for the whole job
     if not launching:  # a launched job's rank 0 has printed these lines itself

@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 from .divergence import Divergence, describe_float32, describe_float64, measure
 from .errors import MultidevError
 from .plot import plot_divergence
+from .recipe import Recipe
 from .result import Result, load_json, write_text_atomic
 from .train import DEFAULTS
 
@@ -38,6 +39,11 @@ class RunSpec:
     gpus: bool = False  # ask for GPUs (falling back to CPU devices) instead of CPU devices
     dtype: str = "float32"
     processes: int = 1  # worker processes, each with ``devices`` of its own (engines that claim multi_process)
+    recipe: Recipe = field(default_factory=Recipe)
+
+    def at_float64(self, **changes) -> "RunSpec":
+        """This run as the float64 truth: float64 throughout (no bfloat16 compute)."""
+        return replace(self, dtype="float64", recipe=self.recipe.at_float64(), **changes)
 
     @property
     def label(self) -> str:
@@ -52,6 +58,7 @@ class RunSpec:
                 "--dtype", self.dtype, "--json", str(json_path), "--no-progress"]
         args += ["--trace", str(trace)] if trace is not None else []
         args += ["--processes", str(self.processes)] if self.processes > 1 else []
+        args += self.recipe.argv()
         return args + (["--data-dir", self.data_dir] if self.data_dir else [])
 
 
@@ -66,7 +73,8 @@ class Outcome:
     verdict: Optional[str] = None
 
     def to_dict(self) -> dict:
-        return {"settings": asdict(self.spec), "result": self.result.to_dict() if self.result else None,
+        return {"settings": {**asdict(self.spec), "recipe": self.spec.recipe.settings()},
+                "result": self.result.to_dict() if self.result else None,
                 "error": self.error, "divergence": self.divergence.to_dict() if self.divergence else None,
                 "verdict": self.verdict}
 
@@ -106,6 +114,9 @@ def markdown(outcomes: Sequence[Outcome]) -> str:
     rows = ["| engine | devices | dtype | batch | lr | sec/epoch | samples/s | compile s | test acc | "
             "vs float64: step 1 / 8 / last | difference |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    labels = sorted({o.spec.recipe.label() for o in outcomes} - {""})
+    if labels:
+        rows.insert(0, f"Recipe: {'; '.join(labels)}\n")
     for o in outcomes:
         s = o.spec
         where = s.devices if s.processes == 1 else f"{s.processes} processes x {s.devices}"
@@ -213,7 +224,7 @@ def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2
             for k in dict.fromkeys(s.devices for s in specs if s.dtype == "float32"):
                 first = next(s for s in specs if s.devices == k)
                 for engine in dict.fromkeys(s.backend for s in specs):
-                    spec = replace(first, backend=engine, dtype="float64")
+                    spec = first.at_float64(backend=engine)
                     if bar is not None:
                         bar.total += 1
                     folder = Path(tmp) / f"truth-{k}"
@@ -224,7 +235,7 @@ def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2
                         break
                     shutil.rmtree(folder, ignore_errors=True)
         if float64:
-            specs += [replace(s, dtype="float64") for s in specs if s.dtype == "float32"
+            specs += [s.at_float64() for s in specs if s.dtype == "float32"
                       and s.devices in truths and s.backend != truths[s.devices][1].backend]
             if bar is not None:
                 bar.total = len(specs) + len(truths)
@@ -247,7 +258,7 @@ def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2
         if scale is o:
             o.verdict = f"rounding scale ({o.spec.backend} float32)"
             continue
-        twin = next((t for t in outcomes if t.spec == replace(o.spec, dtype="float64")), None)
+        twin = next((t for t in outcomes if t.spec == o.spec.at_float64()), None)
         o.verdict = describe_float32(o.divergence, scale.divergence, o.spec.backend,
                                      twin.divergence if twin is not None else None, twin is None)
     # An engine without float64 says so in its verdict; its failed float64 rows would only clutter the table.

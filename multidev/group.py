@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
@@ -112,8 +112,13 @@ class Job:
         return self.group.rank == 0
 
     def shards(self, x: np.ndarray, y: Optional[np.ndarray], index: np.ndarray, sizes: Sequence[int],
-               devices: int) -> Shards:
-        """This process's part of the minibatch ``x[index]`` cut by ``sizes`` over all devices of the job."""
+               devices: int, whole: Optional[int] = None) -> Shards:
+        """This process's part of the minibatch ``x[index]`` cut by ``sizes`` over all devices of the job.
+
+        ``whole``: the rows of the update this minibatch is a micro-batch of.
+        """
         if self.group.size == 1:
-            return cut(x[index], None if y is None else y[index], sizes)
-        return cut_for_process(x, y, index, sizes, self.group.rank, devices)
+            shards = cut(x[index], None if y is None else y[index], sizes)
+        else:
+            shards = cut_for_process(x, y, index, sizes, self.group.rank, devices)
+        return shards if whole is None else replace(shards, whole=whole)

@@ -32,19 +32,23 @@ def worker_argv(backend: str, settings: dict, json_path: str) -> list[str]:
     for flag in ("data_dir", "checkpoint", "resume", "trace"):
         if settings[flag] is not None:
             argv += [f"--{flag.replace('_', '-')}", str(settings[flag])]
+    argv += settings["recipe"].argv() + ([] if settings["prefetch"] else ["--no-prefetch"])
     return argv + ([] if settings["progress"] else ["--no-progress"])
 
 
 def launch_train(engine: Backend, launch: Launch, settings: dict, json_path: Optional[str | Path]) -> Result:
     """Start the workers of this machine, wait for them, and return rank 0's result (node 0 only)."""
-    check_claims(engine, needed(dtype=settings["dtype"], batchnorm=settings["batchnorm"], processes=launch.size))
+    recipe = settings["recipe"]
+    check_claims(engine, needed(dtype=settings["dtype"], batchnorm=settings["batchnorm"], processes=launch.size,
+                                optimizer=recipe.optimizer, accumulate=recipe.accumulate, precision=recipe.precision))
     with tempfile.TemporaryDirectory(prefix="multidev-launch-") as folder, _worker_threads(launch.processes):
         path = Path(json_path) if json_path is not None else Path(folder) / "result.json"
         engine.launch(worker_argv(engine.name, settings, str(path)), launch)  # type: ignore[attr-defined]
         if launch.node_rank != 0:
             return Result(backend=engine.name, devices=[], model=settings["model"], dataset=str(settings["dataset"]),
                           batch_size=settings["batch_size"], lr=float(settings["lr"]), seed=settings["seed"],
-                          batchnorm=settings["batchnorm"], test_total=0, epochs=[], version="")
+                          batchnorm=settings["batchnorm"], test_total=0, epochs=[], version="",
+                          recipe=recipe.settings())
         return load_json(path)
 
 

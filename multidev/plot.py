@@ -26,14 +26,23 @@ def label(result: Result) -> str:
     return f"{result.backend} x{len(result.devices)}"
 
 
+def _scheduled(result: Result) -> bool:
+    """Whether a run's rate changed at all: a constant rate needs no panel of its own."""
+    rates = [r for e in result.epochs for r in e.rates]
+    return bool(rates) and max(rates) != min(rates)
+
+
 def plot_accuracy(results: Sequence[Result], path: str | Path, title: str | None = None) -> Path:
-    """Test accuracy per epoch, one line per run."""
+    """Test accuracy per epoch, one line per run; below it the learning rate of every update, where it changed."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    scheduled = any(_scheduled(r) for r in results)
+    fig, axes = plt.subplots(2 if scheduled else 1, 1, figsize=(6.4, 6.4 if scheduled else 4.2), dpi=120,
+                             sharex=True, squeeze=False, gridspec_kw={"height_ratios": [3, 1.4][:1 + scheduled]})
+    ax = axes[0][0]
     colors = plt.get_cmap("tab20").colors
     for i, r in enumerate(results):
         epochs = [e.epoch for e in r.epochs]
@@ -41,11 +50,17 @@ def plot_accuracy(results: Sequence[Result], path: str | Path, title: str | None
         ax.plot(epochs, [e.test_acc for e in r.epochs], marker="o", color=color, label=f"{label(r)} test")
         ax.plot(epochs, [e.train_acc for e in r.epochs], linestyle="--", alpha=0.5, color=color,
                 label=f"{label(r)} train")
+        if scheduled:  # update j of epoch e ends at e - 1 + j / n
+            xs = [e.epoch - 1 + (j + 1) / len(e.rates) for e in r.epochs for j in range(len(e.rates))]
+            axes[1][0].plot(xs, [rate for e in r.epochs for rate in e.rates], color=color, label=label(r))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("epoch")
+    axes[-1][0].set_xlabel("epoch")
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
+    if scheduled:
+        axes[1][0].set_ylabel("learning rate")
+        axes[1][0].grid(alpha=0.3)
     first = results[0]
     ax.set_title(title or f"{first.model} on {first.dataset}, batch {first.batch_size}, lr {first.lr}")
     ax.legend(loc="lower right", fontsize="small")

@@ -19,6 +19,7 @@ import numpy as np
 from .devices import Device
 from .errors import MultidevError
 from .models import ModelSpec, State
+from .optim import Optimizer
 from .shard import Shards
 
 if TYPE_CHECKING:
@@ -32,9 +33,15 @@ CAPABILITIES = frozenset({
     "multi_process",    # a process group of more than one process (contract: Process groups)
     "sync_batchnorm_processes",  # batchnorm="sync" whose statistics span the processes of a group
     "float64",          # dtype="float64": the float64 runs that float32 answers are judged against
+    "optimizers",       # every Optimizer (momentum, Nesterov, weight decay, adamw) and its state (OptimizerState)
+    "accumulate",       # train_step(..., update=False): gradients of micro-batches added up before one update
+    "bf16",             # precision="bf16": compute in bfloat16, parameters and optimizer state in float32
 })
 
 DTYPES = ("float32", "float64")
+
+#: fp32: compute in the parameters' dtype; bf16: compute in bfloat16 (contract: Mixed precision)
+PRECISIONS = ("fp32", "bf16")
 
 BATCHNORM_MODES = ("local", "sync")
 
@@ -48,6 +55,19 @@ def check_batchnorm(mode: str) -> None:
 def check_dtype(dtype: str) -> None:
     if dtype not in DTYPES:
         raise MultidevError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+
+
+def check_precision(precision: str, dtype: str = "float32") -> None:
+    if precision not in PRECISIONS:
+        raise MultidevError(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    if precision == "bf16" and dtype != "float32":
+        raise MultidevError(f"precision bf16 keeps float32 master weights: leave dtype at float32, not {dtype}")
+
+
+def check_accumulate(accumulate: object) -> int:
+    if isinstance(accumulate, bool) or not isinstance(accumulate, (int, np.integer)) or accumulate < 1:
+        raise MultidevError(f"accumulate must be a whole number of micro-batches of at least 1, got {accumulate!r}")
+    return int(accumulate)
 
 
 @dataclass(frozen=True)
@@ -67,9 +87,16 @@ class ProcessGroup:
             raise MultidevError(f"process rank {self.rank} of {self.size}: need 0 <= rank < size and size >= 1")
 
 
-def needed(*, dtype: str, batchnorm: str, processes: int, cpu_devices: int = 1, gpus: int = 0) -> frozenset[str]:
+def needed(*, dtype: str, batchnorm: str, processes: int, cpu_devices: int = 1, gpus: int = 0,
+           optimizer: Optimizer = Optimizer(), accumulate: int = 1, precision: str = "fp32") -> frozenset[str]:
     """The capabilities a run of these settings asks of an engine (one rule for replicas and launchers)."""
     wanted = set()
+    if not optimizer.plain:
+        wanted.add("optimizers")
+    if accumulate > 1:
+        wanted.add("accumulate")
+    if precision == "bf16":
+        wanted.add("bf16")
     if dtype == "float64":
         wanted.add("float64")
     if batchnorm == "sync":
@@ -97,6 +124,13 @@ class Setup:
     batchnorm: str = "local"
     dtype: str = "float32"
     group: ProcessGroup = field(default_factory=ProcessGroup)
+    #: the update rule; its learning rate comes with every step
+    optimizer: Optimizer = field(default_factory=Optimizer)
+    #: micro-batches per update: train_step(..., update=False) comes accumulate - 1 times before each update
+    accumulate: int = 1
+    precision: str = "fp32"
+    #: on GPUs only, the user's explicit opt-in to TF32 matrix multiplies (off: full float32, as on CPU)
+    tf32: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "devices", tuple(Device.parse(d) for d in self.devices))
@@ -104,6 +138,8 @@ class Setup:
             raise MultidevError("need at least one device")
         check_batchnorm(self.batchnorm)
         check_dtype(self.dtype)
+        check_precision(self.precision, self.dtype)
+        object.__setattr__(self, "accumulate", check_accumulate(self.accumulate))
 
     @property
     def sync(self) -> bool:
@@ -117,7 +153,8 @@ class Setup:
         """The capabilities an engine must claim to run this setup."""
         return needed(dtype=self.dtype, batchnorm=self.batchnorm, processes=self.group.size,
                       cpu_devices=sum(d.kind == "cpu" for d in self.devices),
-                      gpus=sum(d.kind == "gpu" for d in self.devices))
+                      gpus=sum(d.kind == "gpu" for d in self.devices), optimizer=self.optimizer,
+                      accumulate=self.accumulate, precision=self.precision)
 
 
 @dataclass(frozen=True)
@@ -152,8 +189,15 @@ class Replicas(Protocol[BatchT]):
     def shards(self, batch: BatchT) -> list[np.ndarray]:
         """The images each device holds for ``batch``, back on the host (for checks)."""
 
-    def train_step(self, batch: BatchT, lr: float) -> StepStats:
-        """Forward and backward on every device, aggregate, apply SGD with ``lr``."""
+    def train_step(self, batch: BatchT, lr: float, *, update: bool = True) -> StepStats:
+        """Forward and backward on every device, aggregate, and update with ``setup.optimizer`` at rate ``lr``.
+
+        Each shard's loss sum is divided by ``batch``'s ``Shards.batch``: the
+        rows of the whole update. With ``update=False`` (engines that claim
+        ``accumulate``) the aggregated gradient is added to what the replicas
+        hold and nothing is updated; the next ``update=True`` step adds its own
+        gradient, updates once with the total, and starts a new sum.
+        """
 
     def gradients(self, batch: BatchT) -> State:
         """The aggregated gradient of the mean loss over the batch, canonical layout, no update."""
@@ -172,6 +216,22 @@ class Replicas(Protocol[BatchT]):
 
     def load_state(self, state: State) -> None:
         """Copy canonical arrays onto every device."""
+
+
+@runtime_checkable
+class OptimizerState(Protocol):
+    """What replicas of an engine that claims ``optimizers`` add: the optimizer's state, canonical names.
+
+    Names are ``Optimizer.state_names(spec)``: ``optimizer.step`` (updates
+    done) and ``optimizer.<slot>.<parameter>`` in the parameter's canonical
+    layout, so any engine resumes another's checkpoint (contract: Optimizers).
+    """
+
+    def optimizer_state(self) -> State:
+        """The optimizer's state, as device 0 holds it, in the parameters' dtype (the count as int64)."""
+
+    def load_optimizer_state(self, state: State) -> None:
+        """Put canonical optimizer state on every device (the next update continues from it)."""
 
 
 @runtime_checkable
@@ -241,4 +301,7 @@ _instead = {
     "gpu": "use CPU devices",
     "multi_process": "run one process",
     "sync_batchnorm_processes": "use batchnorm='local' with processes, or one process with several devices",
+    "optimizers": "use plain SGD (no momentum, no weight decay)",
+    "accumulate": "use --accumulate 1 and a smaller batch",
+    "bf16": "use --precision fp32",
 }

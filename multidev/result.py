@@ -18,6 +18,8 @@ class EpochRecord:
     test_acc: float
     seconds: float
     samples_per_sec: float
+    #: the learning rate of each update of the epoch, in order (the schedule's)
+    rates: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -34,6 +36,8 @@ class Result:
     compile_seconds: float = 0.0
     epochs: list[EpochRecord] = field(default_factory=list)
     version: str = ""
+    #: optimizer, schedule, accumulation and precision (``multidev.recipe.Recipe.settings``)
+    recipe: dict[str, Any] = field(default_factory=dict)
 
     @property
     def test_acc(self) -> Optional[float]:

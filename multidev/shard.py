@@ -66,6 +66,8 @@ class Shards:
     #: in a group of processes: every device's shard size, rank-major, and this process's first device among them
     group_sizes: Optional[tuple[int, ...]] = None
     offset: int = 0
+    #: rows of the whole update when it is accumulated over micro-batches (None: this minibatch alone)
+    whole: Optional[int] = None
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -78,7 +80,9 @@ class Shards:
 
     @property
     def batch(self) -> int:
-        """B, the whole minibatch over every process: each shard's loss sum is divided by it."""
+        """B, the whole update over every process and micro-batch: each shard's loss sum is divided by it."""
+        if self.whole is not None:
+            return self.whole
         return sum(self.group_sizes) if self.group_sizes is not None else self.total
 
     @property

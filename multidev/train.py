@@ -18,7 +18,9 @@ from .divergence import Trace
 from .group import DEFAULT_MASTER, Job, Launch, digest, differing, from_environment
 from .interrupt import Interrupted, stop_at_step_boundary
 from .models import ModelSpec
+from .prefetch import ahead
 from .protocol import Backend, Replicas, Setup, check_batchnorm, check_claims, check_dtype, replicate
+from .recipe import Recipe
 from .registry import engine_version, load_backend
 from .result import EpochRecord, Result
 from .shard import shard_sizes
@@ -73,18 +75,24 @@ class Position:
 def train_epoch(replicas: Replicas, data: Dataset, *, epoch: int, seed: int, batch_size: int, lr: float,
                 weights: Optional[Sequence[float]] = None, progress: bool = False,
                 start: Optional[Position] = None, stop: object = False,
-                on_step: Optional[Callable[[int, bool], None]] = None, job: Job = Job()) -> tuple[float, float, float]:
+                on_step: Optional[Callable[[int, bool], None]] = None, job: Job = Job(),
+                rate: Optional[Callable[[int], float]] = None, accumulate: int = 1,
+                prefetch: bool = True) -> tuple[float, float, float]:
     """One pass over the training set; returns (mean loss, accuracy, seconds without compilation).
 
-    ``start`` resumes mid-epoch; when ``stop`` turns true between two steps the
-    epoch ends early by raising :class:`_Stopped` with its position.
-    ``on_step(step, last_of_epoch)`` runs after every step. In a job of several
-    processes every rank stops at the same step when any of them got the signal.
+    An update takes ``accumulate`` micro-batches of ``batch_size`` rows (the
+    last ones of an epoch shorter) at the rate ``rate(step)`` (step counted in
+    the epoch; ``lr`` when None). The next micro-batch is placed while the
+    current one runs (``prefetch``). ``start`` resumes mid-epoch; when ``stop``
+    turns true between two updates the epoch ends early by raising
+    :class:`_Stopped` with its position. ``on_step(step, last_of_epoch)`` runs
+    after every update. In a job of several processes every rank stops at the
+    same step when any of them got the signal.
     """
     k = len(replicas.setup.devices)
     at = start or Position(epoch)
     order = epoch_order(len(data.x_train), seed, epoch)
-    total_steps = num_batches(len(order), batch_size)
+    total_steps = num_batches(len(order), batch_size * accumulate)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -95,14 +103,31 @@ def train_epoch(replicas: Replicas, data: Dataset, *, epoch: int, seed: int, bat
     def seconds() -> float:
         return at.seconds + time.perf_counter() - clock - (replicas.compile_seconds - compiled_before)
 
+    done = at.step
+
+    def micro_batches():
+        for step, idx in enumerate(batches(order, batch_size * accumulate), start=1):
+            if step > done:
+                parts = list(batches(idx, batch_size))
+                for j, part in enumerate(parts):
+                    yield step, j == len(parts) - 1, part, len(idx) if accumulate > 1 else None
+
+    def place(item):
+        step, last, part, whole = item
+        sizes = shard_sizes(len(part), k * job.group.size, weights)
+        return step, last, replicas.place(job.shards(data.x_train, data.y_train, part, sizes, k, whole))
+
+    sums = np.zeros(3)
     try:
-        for step, idx in enumerate(batches(order, batch_size), start=1):
-            if step <= at.step:
+        for step, last, placed in ahead(place, micro_batches(), depth=1 if prefetch else 0):
+            step_lr = lr if rate is None else rate(step)
+            stats = (replicas.train_step(placed, step_lr) if accumulate == 1 else
+                     replicas.train_step(placed, step_lr, update=last))
+            sums += (stats.loss_sum, stats.correct, stats.count)
+            if not last:
                 continue
-            sizes = shard_sizes(len(idx), k * job.group.size, weights)
-            stats = replicas.train_step(replicas.place(job.shards(data.x_train, data.y_train, idx, sizes, k)), lr)
-            loss_sum, correct, count, stopping = job.all_sum(
-                np.array([stats.loss_sum, stats.correct, stats.count, float(bool(stop))]))
+            loss_sum, correct, count, stopping = job.all_sum(np.append(sums, float(bool(stop))))
+            sums = np.zeros(3)
             if not math.isfinite(loss_sum):
                 raise MultidevError(f"training diverged at epoch {epoch}, step {step} (the loss is "
                                     f"{loss_sum}): lower the learning rate; the checkpoint on disk, if "
@@ -135,7 +160,12 @@ def train(backend: str | Backend = DEFAULTS["backend"], *, gpus: object = None, 
           checkpoint: Optional[str | Path] = None, resume: Optional[str | Path] = None,
           progress: bool = False, on_epoch: Optional[Callable[[EpochRecord], None]] = None,
           dtype: str = "float32", trace: Optional[str | Path] = None, processes: int = 1, nnodes: int = 1,
-          node_rank: int = 0, master: str = DEFAULT_MASTER, json_path: Optional[str | Path] = None) -> Result:
+          node_rank: int = 0, master: str = DEFAULT_MASTER, json_path: Optional[str | Path] = None,
+          optimizer: str = "sgd", momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0,
+          betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8, schedule: str = "constant",
+          milestones: Sequence[int] | str = (), factor: float = 0.1, warmup_steps: int = 0,
+          warmup_epochs: float = 0.0, accumulate: int = 1, precision: str = "fp32", tf32: bool = False,
+          prefetch: bool = True) -> Result:
     """Train ``model`` on ``dataset`` with ``backend`` in data parallel over the devices asked for.
 
     SIGINT or SIGTERM stops the run at the next step boundary: the work so far
@@ -151,15 +181,30 @@ def train(backend: str | Backend = DEFAULTS["backend"], *, gpus: object = None, 
     ``nnodes``, ``node_rank`` and ``master`` span machines. A process started
     by torchrun, srun or Ray Train joins its job from the environment instead.
     Rank 0 alone writes ``checkpoint`` and ``json_path``.
+
+    The recipe (docs/contract.md: Optimizers, Learning-rate schedules, Gradient
+    accumulation, Mixed precision): ``optimizer`` "sgd" (``momentum``,
+    ``nesterov``, ``weight_decay``) or "adamw" (``betas``, ``eps``,
+    ``weight_decay``); ``schedule`` "constant", "step" (``milestones``,
+    ``factor``) or "cosine", with a linear warm-up of ``warmup_steps`` or
+    ``warmup_epochs``; ``accumulate`` micro-batches of ``batch_size`` per
+    update; ``precision="bf16"``; ``tf32`` on GPUs. ``prefetch`` places the
+    next minibatch while a step runs.
     """
     check_settings(epochs=epochs, batch_size=batch_size, lr=lr, batchnorm=batchnorm)
     check_dtype(dtype)
+    recipe = Recipe.of(optimizer=optimizer, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+                       betas=betas, eps=eps, schedule=schedule, milestones=milestones, factor=factor,
+                       warmup_steps=warmup_steps, warmup_epochs=warmup_epochs, accumulate=accumulate,
+                       precision=precision, tf32=tf32)
+    if precision == "bf16" and dtype != "float32":
+        raise MultidevError(f"precision bf16 keeps float32 master weights: leave dtype at float32, not {dtype}")
     engine = load_backend(backend) if isinstance(backend, str) else backend
     joined = from_environment()
     settings = dict(gpus=gpus, devices=devices, model=model, dataset=dataset,
                     data_dir=data_dir, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, batchnorm=batchnorm,
                     shard_weights=shard_weights, checkpoint=checkpoint, resume=resume, progress=progress,
-                    dtype=dtype, trace=trace)
+                    dtype=dtype, trace=trace, recipe=recipe, prefetch=prefetch)
     if processes > 1 or nnodes > 1:
         if joined is not None:
             raise MultidevError(f"this process is already rank {joined.group.rank} of {joined.group.size} (started "
@@ -187,7 +232,9 @@ def _run_in_group(engine: Backend, joined, settings: dict, on_epoch) -> Result:
         job = Job(joined.group, engine.all_sum)  # type: ignore[attr-defined]
         digests = [0.0] * joined.group.size
         # Paths may differ between machines (and only rank 0 writes): the settings that shape the training count.
-        shaping = {k: v for k, v in settings.items() if k not in ("progress", "checkpoint", "trace", "data_dir")}
+        shaping = {k: v for k, v in settings.items()
+                   if k not in ("progress", "checkpoint", "trace", "data_dir", "recipe", "prefetch")}
+        shaping["recipe"] = settings["recipe"].settings()
         digests[joined.group.rank] = float(digest(dict(shaping, backend=engine.name,
                                                        resume=settings["resume"] is not None)))
         problem = differing([int(d) for d in job.all_sum(np.array(digests))])
@@ -205,19 +252,24 @@ def _run(engine: Backend, job: Job, *, gpus: object, devices: DeviceSpec, model:
          data_dir: Optional[str | Path], epochs: int, batch_size: int, lr: float, seed: int, batchnorm: str,
          shard_weights: Optional[Sequence[float]], checkpoint: Optional[str | Path], resume: Optional[str | Path],
          progress: bool, on_epoch: Optional[Callable[[EpochRecord], None]], dtype: str,
-         trace: Optional[str | Path], local_rank: int = 0) -> Result:
+         trace: Optional[str | Path], recipe: Recipe, prefetch: bool, local_rank: int = 0) -> Result:
     chosen = resolve_devices(gpus=gpus, devices=devices, gpu_count=engine.gpu_count(),
                              max_cpu=engine.max_cpu_devices(), first_gpu=local_rank)
     if shard_weights is not None:
         shard_sizes(0, len(chosen) * job.group.size, shard_weights)  # validates the weights up front
     data = dataset if isinstance(dataset, Dataset) else load_dataset(dataset, data_dir)
     spec = ModelSpec(model, data.shape, data.num_classes)
-    state, history, first, position = spec.init(seed), [], 1, None
+    state, history, first, position, opt_state = spec.init(seed), [], 1, None, None
     if resume is not None:
         saved_spec, state, meta = ckpt.load(resume)
         if saved_spec != spec:
             raise MultidevError(f"checkpoint {resume} holds {saved_spec.name} for {saved_spec.in_shape}, "
                                 f"this run trains {spec.name} on {dataset!s}: resume with the same settings")
+        saved = Recipe.from_settings(meta.get("recipe"))
+        if saved.optimizer != recipe.optimizer:
+            raise MultidevError(f"checkpoint {resume} was trained with {saved.label() or 'plain sgd'}, this run "
+                                f"asks for {recipe.label() or 'plain sgd'}: resume with the same optimizer settings")
+        opt_state = ckpt.load_optimizer_state(resume) if not recipe.optimizer.plain else None
         seed, first = int(meta["seed"]), int(meta["epoch"]) + 1
         history = [EpochRecord(**e) for e in meta.get("history", [])]
         if meta.get("position"):
@@ -225,18 +277,30 @@ def _run(engine: Backend, job: Job, *, gpus: object, devices: DeviceSpec, model:
             first = position.epoch
         if first > epochs:
             raise MultidevError(f"nothing to train: {resume} is already at epoch {first - 1}; raise --epochs")
-    replicas = replicate(engine, Setup(spec, tuple(chosen), batchnorm, dtype, job.group), state)
-    steps_per_epoch = num_batches(len(data.x_train), batch_size)
+    steps_per_epoch = num_batches(len(data.x_train), batch_size * recipe.accumulate)
+    recipe.schedule.check(steps_per_epoch, epochs)
+    setup = Setup(spec, tuple(chosen), batchnorm, dtype, job.group, optimizer=recipe.optimizer,
+                  accumulate=recipe.accumulate, precision=recipe.precision, tf32=recipe.tf32)
+    replicas = replicate(engine, setup, state)
+    stateful = not recipe.optimizer.plain  # engines that claim optimizers hold state the checkpoint must keep
+    if opt_state is not None:
+        replicas.load_optimizer_state(opt_state)  # type: ignore[attr-defined]
     tracer = Trace(trace, spec) if trace is not None else None
     names = [str(d) for d in chosen] if job.group.size == 1 else [
         f"rank{r}/{d}" for r in range(job.group.size) for d in chosen]
     result = Result(backend=engine.name, devices=names, model=model, dataset=data.name,
                     batch_size=batch_size, lr=float(lr), seed=seed, batchnorm=batchnorm,
-                    test_total=len(data.x_test), epochs=history, version=engine_version(engine))
+                    test_total=len(data.x_test), epochs=history, version=engine_version(engine),
+                    recipe=recipe.settings())
+
+    def rate(epoch: int) -> Callable[[int], float]:
+        return lambda step: recipe.schedule.rate(lr, (epoch - 1) * steps_per_epoch + step, steps_per_epoch, epochs)
 
     def save(epoch: int, position: Optional[Position] = None) -> None:
+        extra = replicas.optimizer_state() if stateful else {}  # type: ignore[attr-defined]
         ckpt.save(checkpoint, spec, replicas.state(), epoch=epoch, seed=seed, backend=engine.name,
-                  history=[vars(e) for e in result.epochs], position=vars(position) if position else None)
+                  history=[vars(e) for e in result.epochs], position=vars(position) if position else None,
+                  recipe=recipe.settings(), optimizer_state=extra)
 
     with stop_at_step_boundary() as stop:
         for epoch in range(first, epochs + 1):
@@ -245,14 +309,16 @@ def _run(engine: Backend, job: Job, *, gpus: object, devices: DeviceSpec, model:
                     replicas, data, epoch=epoch, seed=seed, batch_size=batch_size, lr=lr, weights=shard_weights,
                     progress=progress, start=position if position and position.epoch == epoch else None, stop=stop,
                     on_step=None if tracer is None else
-                    lambda step, last, e=epoch: tracer((e - 1) * steps_per_epoch + step, last, replicas), job=job)
+                    lambda step, last, e=epoch: tracer((e - 1) * steps_per_epoch + step, last, replicas), job=job,
+                    rate=rate(epoch), accumulate=recipe.accumulate, prefetch=prefetch)
             except _Stopped as stopped:
                 if checkpoint is not None:
                     save(epoch - 1, stopped.position)
                 raise Interrupted(epoch, stopped.position.step, None if checkpoint is None else str(checkpoint),
                                   stop.signum) from None
             _, test_acc, _ = evaluate(replicas, data.x_test, data.y_test, batch_size, shard_weights, job)
-            record = EpochRecord(epoch, loss, train_acc, test_acc, seconds, len(data.x_train) / max(seconds, 1e-9))
+            record = EpochRecord(epoch, loss, train_acc, test_acc, seconds, len(data.x_train) / max(seconds, 1e-9),
+                                 [rate(epoch)(step) for step in range(1, steps_per_epoch + 1)])
             result.epochs.append(record)
             if checkpoint is not None:
                 save(epoch)

@@ -16,6 +16,8 @@ CAUGHT_BY = {
                        "aggregation: lenet gradient (local BatchNorm, float32) on 2 device(s)"),
     "weigh-1/k": ("test_float32_gradients_equal_float64_truth and lenet-11",
                   "aggregation: lenet gradient (local BatchNorm, float32) on 2 device(s), batch 11 cut [6, 5]"),
+    "decoupled-sgd-decay": ("test_recipe_optimizer_equals_formula and nesterov",
+                            "optimizers: three sgd-nesterov-decay updates on 1 device(s)"),
 }
 
 KIT_ON_A_BROKEN_ENGINE = '''

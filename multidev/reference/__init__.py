@@ -20,8 +20,8 @@ from ..shard import split
 from . import layers
 from .network import Run, Sequential, build
 
-__all__ = ["Run", "Sequential", "backward", "build", "gradients", "layers", "predict", "relu_inputs", "sgd_step",
-           "train_step"]
+__all__ = ["Run", "Sequential", "backward", "build", "gradients", "layers", "predict", "recipe_steps", "relu_inputs",
+           "sgd_step", "train_step"]
 
 
 def backward(model: Sequential, run: Run, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray],
@@ -111,3 +111,25 @@ def relu_inputs(spec: ModelSpec, state: State, x: np.ndarray, sizes: Optional[Se
     model.forward(Run(_copies(spec, state, len(xs), dtype), train=True, sync=batchnorm == "sync",
                       update_stats=False), xs)
     return seen
+
+
+def recipe_steps(spec: ModelSpec, state: State, optimizer, steps: Sequence[tuple[np.ndarray, np.ndarray]],
+                 rates: Sequence[float], sizes: Optional[Sequence[int]] = None, batchnorm: str = "local",
+                 dtype=np.float64, opt_state: Optional[State] = None) -> tuple[State, State]:
+    """(state, optimizer state) after one update of ``optimizer`` per (x, y) in ``steps``, at ``rates``.
+
+    The contract's whole update: the aggregated gradient (as :func:`gradients`),
+    running statistics moved as in :func:`train_step`, weights moved by
+    ``multidev.optim.update``.
+    """
+    from .. import optim
+
+    state = {p.name: np.array(state[p.name], dtype) for p in spec.params()}
+    opt_state = optimizer.init_state(spec, dtype) if opt_state is None else dict(opt_state)
+    for (x, y), lr in zip(steps, rates):
+        moved, _, _ = train_step(spec, state, x, y, 0.0, sizes, batchnorm, dtype)  # statistics only
+        grads = gradients(spec, state, x, y, sizes, batchnorm, dtype)
+        params, opt_state = optim.update(optimizer, {n: state[n] for n in spec.trainable()}, grads, opt_state,
+                                         dtype(lr))
+        state = {**moved, **params}
+    return state, opt_state

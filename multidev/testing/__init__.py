@@ -11,9 +11,10 @@ from .kit import (ACCURACY_FLOOR, CROSS_ENGINE_RTOL, FLOAT64_RTOL, KINK_SAFETY, 
                   AggregationChecks, BatchNormChecks, CheckpointChecks, EngineFixtures, EvaluationChecks,
                   ParityChecks, PlacementChecks, ReplicateChecks)
 from .processes import MultiProcessChecks
+from .recipes import RecipeChecks
 
 __all__ = ["ACCURACY_FLOOR", "AccuracyChecks", "AggregationChecks", "BatchNormChecks", "CROSS_ENGINE_RTOL",
            "CheckpointChecks", "Conformance", "EngineFixtures", "EvaluationChecks", "FLOAT64_RTOL", "KINK_SAFETY",
-           "MultiProcessChecks",
+           "MultiProcessChecks", "RecipeChecks",
            "LENET", "ParityChecks", "PlacementChecks", "RESNET", "ReplicateChecks", "SAME_ENGINE_RTOL",
            "assert_states_close", "assert_states_equal", "batch", "conv2d_nchw", "kink_margin", "max_rel_error"]

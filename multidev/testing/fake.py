@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import reference
+from .. import optim, reference
 from ..errors import MultidevError
 from ..models import State
 from ..protocol import Setup, StepStats
@@ -28,12 +28,13 @@ FAULTS = {
     "count-twice": "evaluation counts one sample of every batch of several rows twice",
     "skip-allreduce": "takes the gradient of the first device's shard alone (weight n_0 / B)",
     "weigh-1/k": "weighs every shard's mean gradient 1/k instead of n_i / B",
+    "decoupled-sgd-decay": "decays sgd's weights apart from the gradient (w *= 1 - lr * decay), as AdamW does",
 }
 
 
 class FakeEngine:
     name = "fake"
-    capabilities = frozenset({"virtual_cpu", "sync_batchnorm", "float64"})
+    capabilities = frozenset({"virtual_cpu", "sync_batchnorm", "float64", "optimizers", "accumulate"})
     frameworks = ("numpy",)
 
     def __init__(self, fault: Optional[str] = None) -> None:
@@ -61,6 +62,8 @@ class FakeReplicas:
         self.setup, self.fault = setup, fault
         self.dtype = setup.np_dtype.type  # the reference takes a scalar type
         self.load_state(state)
+        self.load_optimizer_state(setup.optimizer.init_state(setup.spec, self.dtype))
+        self._held: Optional[State] = None  # the gradient summed over the micro-batches so far
 
     def place(self, shards: Shards) -> Shards:
         k, total = len(shards.x), shards.total
@@ -70,7 +73,7 @@ class FakeReplicas:
             y = None if shards.y is None else np.concatenate(shards.y)[:kept]
             shards = cut(x, y, [kept // k] * k)
         return Shards(tuple(np.array(part) for part in shards.x),
-                      None if shards.y is None else tuple(np.array(part) for part in shards.y))
+                      None if shards.y is None else tuple(np.array(part) for part in shards.y), whole=shards.whole)
 
     def shards(self, batch: Shards) -> list[np.ndarray]:
         return list(batch.x)
@@ -88,20 +91,40 @@ class FakeReplicas:
                 [1 / len(active)] * len(active)
             return {name: sum(w * g[name] for w, g in zip(weights, per_shard)) for name in spec.trainable()}
         x, y = self._whole(batch)
-        return reference.gradients(spec, state, x, y, batch.sizes, self.setup.batchnorm, dtype)
+        grads = reference.gradients(spec, state, x, y, batch.sizes, self.setup.batchnorm, dtype)
+        share = dtype(len(x) / batch.batch)  # a micro-batch's rows over the whole update's
+        return grads if share == 1 else {name: g * share for name, g in grads.items()}
 
-    def train_step(self, batch: Shards, lr: float) -> StepStats:
+    def train_step(self, batch: Shards, lr: float, *, update: bool = True) -> StepStats:
         x, y = self._whole(batch)
-        new, loss, correct = reference.train_step(self.setup.spec, self.states[0], x, y, lr, batch.sizes,
+        spec, opt = self.setup.spec, self.setup.optimizer
+        # lr 0: the reference's step then only moves the running statistics; the optimizer below moves the weights
+        new, loss, correct = reference.train_step(spec, self.states[0], x, y, 0.0, batch.sizes,
                                                   self.setup.batchnorm, self.dtype)
-        if self.fault in ("skip-allreduce", "weigh-1/k"):
-            grads = self.gradients(batch)
-            for name in self.setup.spec.trainable():
-                new[name] = self.states[0][name] - self.dtype(lr) * grads[name]
+        grads = self.gradients(batch)
+        if self._held is not None:
+            grads = {name: self._held[name] + g for name, g in grads.items()}
+        self._held = None if update else grads
+        if update:
+            params = {name: self.states[0][name] for name in spec.trainable()}
+            decay = opt.weight_decay if self.fault == "decoupled-sgd-decay" and opt.name == "sgd" else 0.0
+            if decay:
+                opt = optim.Optimizer(momentum=opt.momentum, nesterov=opt.nesterov)
+                params = {name: w * (1 - self.dtype(lr) * decay) for name, w in params.items()}
+            moved, self.opt_state = optim.update(opt, params, grads, self.opt_state, self.dtype(lr))
+            new.update(moved)
         updated = self.states[:1] if self.fault == "skip-broadcast" else self.states
         for replica in updated:
             replica.update({name: value.copy() for name, value in new.items()})
         return StepStats(loss, correct, batch.total)
+
+    def optimizer_state(self) -> State:
+        return {name: np.array(value) for name, value in self.opt_state.items()}
+
+    def load_optimizer_state(self, state: State) -> None:
+        optim.check_state(self.setup.optimizer, self.setup.spec, state)
+        self.opt_state = {name: np.array(state[name], np.int64 if name == optim.STEP else self.dtype)
+                          for name in self.setup.optimizer.state_names(self.setup.spec)}
 
     def predict(self, batch: Shards) -> np.ndarray:
         return reference.predict(self.setup.spec, self.states[0], np.concatenate(batch.x), self.dtype)
