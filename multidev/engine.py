@@ -12,7 +12,7 @@ from .errors import MultidevError
 from .lockstep import AllGather, combine_moments, run_lockstep, running_statistic, statistic_sources
 from .models import BN_EPS, BN_MOMENTUM, Block, ModelSpec, Param, State, lenet_flat_features, resnet18_blocks
 from .group import Launch
-from .optim import STEP, Optimizer, slot_name
+from .optim import STEP, Optimizer, check_state, slot_name
 from .protocol import (CAPABILITIES, DTYPES, PRECISIONS, Backend, BatchT, MultiProcessBackend, OptimizerState,
                        ProcessGroup, Replicas, Setup, StepStats)
 from .shard import DeviceShard, Placed, Shards
@@ -21,6 +21,7 @@ from .spawn import Helper, cause, spawn, worker_failed
 __all__ = [
     "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "cause", "DTYPES", "Device",
     "DeviceShard", "Helper", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Optimizer",
-    "OptimizerState", "PRECISIONS", "Param", "Placed", "ProcessGroup", "STEP", "slot_name", "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments", "lenet_flat_features",
+    "OptimizerState", "PRECISIONS", "Param", "Placed", "ProcessGroup", "STEP", "check_state", "slot_name",
+    "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments", "lenet_flat_features",
     "resnet18_blocks", "run_lockstep", "running_statistic", "spawn", "statistic_sources", "worker_failed",
 ]

@@ -18,6 +18,7 @@ from .divergence import Trace
 from .group import DEFAULT_MASTER, Job, Launch, digest, differing, from_environment
 from .interrupt import Interrupted, stop_at_step_boundary
 from .models import ModelSpec
+from .optim import check_state
 from .prefetch import ahead
 from .protocol import Backend, Replicas, Setup, check_batchnorm, check_claims, check_dtype, replicate
 from .recipe import Recipe
@@ -284,6 +285,7 @@ def _run(engine: Backend, job: Job, *, gpus: object, devices: DeviceSpec, model:
     replicas = replicate(engine, setup, state)
     stateful = not recipe.optimizer.plain  # engines that claim optimizers hold state the checkpoint must keep
     if opt_state is not None:
+        check_state(recipe.optimizer, spec, opt_state)
         replicas.load_optimizer_state(opt_state)  # type: ignore[attr-defined]
     tracer = Trace(trace, spec) if trace is not None else None
     names = [str(d) for d in chosen] if job.group.size == 1 else [

@@ -40,8 +40,9 @@ RECIPES: dict[str, Optimizer] = {
 }
 #: one rate per update, changing as a schedule changes it
 RATES = (0.1, 0.05, 0.02)
-#: bfloat16 rounds to 8 bits (4e-3): a step computed in it differs from float32's by about 1e-2 of its size
-BF16_STEP_RTOL = 0.1
+#: a bf16 update against the float32 one, as l2 distance over l2 size: measured 0.01-0.12 on six batches
+#: (torch, LeNet, 1-4 devices); a step left out or taken twice is 1.0
+BF16_STEP_RTOL = 0.3
 #: batch size, then one seed per update
 SIZE, SEEDS = 11, (28, 128, 228)
 
@@ -157,11 +158,13 @@ class RecipeChecks(EngineFixtures):
         got, start = reps.state(), LENET.init(0)
         assert all(v.dtype == np.float32 for v in got.values()), "bf16: master weights are not float32"
         want, _ = reference.recipe_steps(LENET, start, optimizer, data, RATES)
-        # bfloat16 keeps 8 bits: the step itself, not the weights, is what differs; judge the change
-        assert_states_close({n: got[n] - start[n] for n in LENET.trainable()},
-                            {n: want[n] - start[n] for n in LENET.trainable()}, rtol=BF16_STEP_RTOL,
-                            promise=f"bf16: one update on {k} device(s) is not the float32 update to bfloat16's "
-                                    f"precision")
+        # bfloat16 keeps 8 bits and moves ReLU inputs by about 2% of their size, so a few units flip sides and
+        # single small arrays of the step can be 50% off: judge the whole update as one vector
+        got_step = np.concatenate([(got[n] - start[n]).ravel() for n in LENET.trainable()])
+        want_step = np.concatenate([(want[n] - start[n]).ravel() for n in LENET.trainable()])
+        err = float(np.linalg.norm(got_step - want_step) / np.linalg.norm(want_step))
+        assert err <= BF16_STEP_RTOL, (f"bf16: one update on {k} device(s) is {err:.2f} of its size away from the "
+                                       f"float32 update (tolerance {BF16_STEP_RTOL})")
         if "optimizers" in engine.capabilities:
             assert all(v.dtype == np.float32 for n, v in reps.optimizer_state().items() if n != STEP), (
                 "bf16: the optimizer state is not float32")

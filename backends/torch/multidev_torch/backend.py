@@ -16,12 +16,13 @@ from .parallel import TorchReplicas
 class TorchBackend:
     name = "torch"
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process",
-                              "sync_batchnorm_processes"})
+                              "sync_batchnorm_processes", "optimizers", "accumulate", "bf16"})
     frameworks = ("torch",)
 
     def settings(self) -> dict[str, str]:
         return {"threads": f"{torch.get_num_threads()} (torch's own setting; this engine leaves it alone)",
-                "tf32": "off: cuDNN's TF32 flag is switched off for each step on a GPU and restored after"}
+                "tf32": "off unless the run opts in (tf32): cuDNN's and CUDA matmul's TF32 flags are set to the "
+                        "run's choice for each step on a GPU and restored after"}
 
     def gpu_count(self) -> int:
         return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -39,6 +39,7 @@ class BatchNorm(nn.Module):
         if self.exchange is None and not self.across_processes:
             # Local statistics: torch's fused kernel. Its own running update would store the
             # unbiased variance, so the update is done here with the biased one (docs/contract.md).
+            # Under autocast it takes bfloat16 input and float32 parameters: float32 statistics, bfloat16 output.
             out, mean, invstd = torch.native_batch_norm(x, self.gamma, self.beta, None, None, True, 0.0, BN_EPS)
             if self.update_stats:
                 with torch.no_grad():
@@ -47,10 +48,12 @@ class BatchNorm(nn.Module):
             return out
         dims = [0, *range(2, x.dim())]
         count = x.numel() // x.shape[1]
+        # bfloat16 input (autocast): statistics and normalisation in the statistics' dtype, as the fused kernel does
+        wide = x.to(torch.promote_types(x.dtype, self.running_mean.dtype))
         if count:
-            var, mean = torch.var_mean(x, dim=dims, unbiased=False)
+            var, mean = torch.var_mean(wide, dim=dims, unbiased=False)
         else:  # an empty shard still takes part in the exchange (its weight is 0)
-            mean = var = x.sum(dim=dims)
+            mean = var = wide.sum(dim=dims)
         if self.across_processes:
             parts = self._gather_processes(mean, var, count)
         else:
@@ -62,7 +65,7 @@ class BatchNorm(nn.Module):
                 self.running_var.lerp_(var.detach(), BN_MOMENTUM)
         shape = [1, -1] + [1] * (x.dim() - 2)
         scale = self.gamma * torch.rsqrt(var + BN_EPS)
-        return (x - mean.view(shape)) * scale.view(shape) + self.beta.view(shape)
+        return ((wide - mean.view(shape)) * scale.view(shape) + self.beta.view(shape)).to(x.dtype)
 
     @staticmethod
     def _gather_processes(mean: torch.Tensor, var: torch.Tensor, count: int) -> list:

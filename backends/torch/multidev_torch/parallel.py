@@ -1,23 +1,26 @@
-"""k replicas of one model in one process: split, forward/backward, AllReduce, SGD.
+"""k replicas of one model in one process: split, forward/backward, AllReduce, torch's optimizers.
 
 On CPU the replicas run one after another (measured faster here than one
 thread per replica, which fights over the same cores); with sync BatchNorm
 they run in lockstep threads so they can exchange statistics. On CUDA the
-gradients are summed with ``torch.cuda.comm``.
+gradients are summed with ``torch.cuda.comm``. Each replica holds its own
+``torch.optim`` optimizer; they see the same summed gradient and step alike.
+Micro-batches accumulate in each replica's own ``.grad`` (autograd adds up),
+summed over devices and processes once, before the update (as DDP's ``no_sync``).
 """
 
 from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from multidev.engine import (AllGather, Device, DeviceShard, MultidevError, Placed, Setup, Shards, State, StepStats,
-                             run_lockstep, running_statistic, statistic_sources)
+from multidev.engine import (STEP, AllGather, Device, DeviceShard, MultidevError, Placed, Setup, Shards, State,
+                             StepStats, run_lockstep, running_statistic, slot_name, statistic_sources)
 
 from .batchnorm import BatchNorm
 from .distributed import all_sum_tensors
@@ -30,6 +33,24 @@ def torch_device(device: Device) -> torch.device:
 
 Shard = DeviceShard[torch.Tensor]
 Batch = Placed[Shard]
+
+#: canonical slot -> the key torch's optimizers keep it under (AdamW's own per-parameter "step" is the count)
+_SLOTS = {"momentum": "momentum_buffer", "m": "exp_avg", "v": "exp_avg_sq"}
+
+
+def torch_optimizer(setup: Setup, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """torch's own optimizer for ``setup.optimizer``, every setting explicit (torch's AdamW decays 0.01 by default).
+
+    Its definitions are the contract's: SGD adds the decay to the gradient and
+    starts its buffer at the first gradient (a zero buffer's update); AdamW
+    decays apart from the gradient. The rate is set on every step.
+    """
+    opt = setup.optimizer
+    if opt.name == "adamw":
+        return torch.optim.AdamW(params, lr=0.0, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay,
+                                 amsgrad=False)
+    return torch.optim.SGD(params, lr=0.0, momentum=opt.momentum, dampening=0.0, nesterov=opt.nesterov,
+                           weight_decay=opt.weight_decay)
 
 
 class TorchReplicas:
@@ -47,7 +68,10 @@ class TorchReplicas:
         base = build(self.spec)
         self.models = [copy.deepcopy(base).to(place, self.dtype) for place in self._places]
         self.load_state(state)
-        self.optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in self.models]
+        self.optimizers = [torch_optimizer(setup, m.parameters()) for m in self.models]
+        self._updates = 0      # optimizer.step: updates done
+        self._holding = False  # replicas' .grad hold micro-batches of an update not yet made
+        self._bf16 = setup.precision == "bf16"
         self._bns = [[m for m in model.modules() if isinstance(m, BatchNorm)] for model in self.models]
         for bn in self._bns[0]:
             bn.across_processes = self.processes > 1 and self.sync
@@ -63,64 +87,82 @@ class TorchReplicas:
         return [s.x.cpu().numpy() for s in batch]
 
     # Forward / backward ----------------------------------------------------
+    def _forward(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """Replica i's logits, in bfloat16 under ``precision="bf16"`` (autocast is per thread: entered here)."""
+        with torch.autocast(self._places[i].type, dtype=torch.bfloat16, enabled=self._bf16):
+            return self.models[i](x)
+
     def _logits(self, batch: list[Shard], active: list[int]) -> dict[int, torch.Tensor]:
         """Training-mode logits of every non-empty shard; lockstep threads under sync BatchNorm."""
         if not (self.sync and len(active) > 1):
-            return {i: self.models[i](batch[i].x) for i in active}
+            return {i: self._forward(i, batch[i].x) for i in active}
         gather = AllGather(len(active))
         for rank, i in enumerate(active):
             for bn in self._bns[i]:
                 bn.exchange, bn.rank = gather, rank
         try:
-            return run_lockstep(lambda i: self.models[i](batch[i].x), active, gather)
+            return run_lockstep(lambda i: self._forward(i, batch[i].x), active, gather)
         finally:
             for i in active:
                 for bn in self._bns[i]:
                     bn.exchange = None
 
     @contextmanager
-    def _full_float32(self) -> Iterator[None]:
-        """cuDNN would run float32 convolutions in TF32 (a 10-bit mantissa) by default.
+    def _tf32(self) -> Iterator[None]:
+        """TF32 (a 10-bit mantissa) on a GPU only when the user opted in (``setup.tf32``); restored afterwards.
 
-        Measured on an H100: one step then differs from the CPU's by 1.3% (LeNet)
-        and 6% (ResNet-18), against 4e-6 without it; JAX and MXNet compute in
-        full float32, so the engines would no longer agree. Restored afterwards.
+        cuDNN would run float32 convolutions in TF32 by default. Measured on an
+        H100: one step then differs from the CPU's by 1.3% (LeNet) and 6%
+        (ResNet-18), against 4e-6 without it; JAX and MXNet compute in full
+        float32, so without the opt-in the engines would no longer agree.
         """
         if not self._cuda:
             yield
             return
-        saved = torch.backends.cudnn.allow_tf32
-        torch.backends.cudnn.allow_tf32 = False
+        saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = self.setup.tf32
         try:
             yield
         finally:
-            torch.backends.cudnn.allow_tf32 = saved
+            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
-    def _backward(self, batch: list[Shard]) -> tuple[StepStats, list[int]]:
-        """Gradients of the mean loss over the whole batch, summed on every replica."""
-        with self._full_float32():
-            return self._backward_float32(batch)
+    def _backward(self, batch: Batch) -> tuple[StepStats, list[int]]:
+        """Each replica's gradient of its shards' loss over the whole update's B, added to what its .grad holds."""
+        with self._tf32():
+            return self._backward_micro(batch)
 
-    def _backward_float32(self, batch: Batch) -> tuple[StepStats, list[int]]:
-        total = batch.host.batch  # B over every process
+    def _backward_micro(self, batch: Batch) -> tuple[StepStats, list[int]]:
+        total = batch.host.batch  # B over every process and micro-batch of the update
         active = batch.host.active
         if self.processes > 1 and self.sync:
             active = list(range(len(batch)))  # an empty shard still joins every BatchNorm exchange
         for model in self.models:
             model.train()
-            model.zero_grad(set_to_none=True)
+            if not self._holding:
+                model.zero_grad(set_to_none=True)
+        self._holding = True
         logits = self._logits(batch, active)
         # Shard i's loss is its sum divided by the whole batch: weight n_i / B (contract: Loss, gradients and the update).
-        losses = [F.cross_entropy(logits[i], batch[i].y, reduction="sum") for i in active]
+        # In the parameters' dtype: float32 from bfloat16 logits (contract: Mixed precision).
+        losses = [F.cross_entropy(logits[i].to(self.dtype), batch[i].y, reduction="sum") for i in active]
         torch.autograd.backward([loss / total for loss in losses])
-        self._allreduce(active)
         correct = sum(int((logits[i].argmax(1) == batch[i].y).sum()) for i in active)
-        if self.processes > 1:
-            self._allreduce_processes()
         return StepStats(float(sum(loss.item() for loss in losses)), correct, batch.host.total), active
 
+    def _reduce(self) -> None:
+        """AllReduce of the gradients the replicas hold, over devices then processes; the next backward starts afresh.
+
+        Linear, so summing once per update equals summing every micro-batch.
+        """
+        self._holding = False
+        holding = [i for i, m in enumerate(self.models) if next(m.parameters()).grad is not None]
+        if holding:
+            self._allreduce(holding)
+        if self.processes > 1:
+            self._allreduce_processes()
+
     def _allreduce(self, active: list[int]) -> None:
-        """Sum the active replicas' gradients and give every replica the sum."""
+        """Sum the gradients of the replicas that hold any (``active``) and give every replica the sum."""
         if len(self.models) == 1:
             return
         params = [list(m.parameters()) for m in self.models]
@@ -187,34 +229,64 @@ class TorchReplicas:
                     bn.update_stats = True
 
     # Protocol --------------------------------------------------------------
-    def train_step(self, batch: list[Shard], lr: float) -> StepStats:
+    def train_step(self, batch: Batch, lr: float, *, update: bool = True) -> StepStats:
         stats, active = self._backward(batch)
         with torch.no_grad():
-            for opt in self.optimizers:
-                for group in opt.param_groups:
-                    group["lr"] = lr
-                opt.step()
-            if self.processes > 1:
+            if update:
+                self._reduce()
+                for opt in self.optimizers:
+                    for group in opt.param_groups:
+                        group["lr"] = lr
+                    opt.step()
+                self._updates += 1
+            if self.processes > 1:  # running statistics move with every micro-batch
                 self._sync_statistics_processes(batch)
             else:
                 self._sync_statistics(active)
         return stats
 
-    def gradients(self, batch: list[Shard]) -> State:
+    def gradients(self, batch: Batch) -> State:
+        self._holding = False  # a gradient of this batch alone
         with self._frozen_statistics():
             self._backward(batch)
+        self._reduce()
         return {name: p.grad.detach().cpu().numpy().copy() for name, p in self.models[0].named_parameters()}
 
-    def _eval_logits(self, batch: list[Shard]) -> list[torch.Tensor]:
-        with torch.no_grad(), self._full_float32():
+    def optimizer_state(self) -> State:
+        """Device 0's torch optimizer state under canonical names; zeros for a slot torch has not made yet."""
+        opt, params = self.optimizers[0], dict(self.models[0].named_parameters())
+        state: State = {STEP: np.array(self._updates, np.int64)}
+        for slot in self.setup.optimizer.slots:
+            for name in self.spec.trainable():
+                held = opt.state.get(params[name], {}).get(_SLOTS[slot])
+                value = torch.zeros_like(params[name]) if held is None else held
+                state[slot_name(slot, name)] = value.detach().cpu().numpy().copy()
+        return state
+
+    def load_optimizer_state(self, state: State) -> None:
+        """Canonical state into every replica's torch optimizer; AdamW's per-parameter count is the update count."""
+        updates = int(state[STEP])
+        slots = self.setup.optimizer.slots
+        for opt, model in zip(self.optimizers, self.models):
+            for name, p in model.named_parameters():
+                held = {_SLOTS[slot]: torch.from_numpy(np.array(state[slot_name(slot, name)])).to(p.device, p.dtype)
+                        for slot in slots}
+                if self.setup.optimizer.name == "adamw":
+                    held["step"] = torch.tensor(float(updates))  # as torch makes it: on the CPU, default dtype
+                opt.state[p] = held
+        self._updates = updates
+
+    def _eval_logits(self, batch: Batch) -> list[torch.Tensor]:
+        """Inference-mode logits of the non-empty shards, under the training's precision, in the parameters' dtype."""
+        with torch.no_grad(), self._tf32():
             out = []
-            for model, shard in zip(self.models, batch):
+            for i, (model, shard) in enumerate(zip(self.models, batch)):
                 model.eval()
                 if shard.size:
-                    out.append(model(shard.x))
+                    out.append(self._forward(i, shard.x).to(self.dtype))
             return out
 
-    def evaluate(self, batch: list[Shard]) -> StepStats:
+    def evaluate(self, batch: Batch) -> StepStats:
         loss, correct, count = 0.0, 0, 0
         active = [s for s in batch if s.size]
         for logits, shard in zip(self._eval_logits(batch), active):
@@ -223,7 +295,7 @@ class TorchReplicas:
             count += shard.size
         return StepStats(loss, correct, count)
 
-    def predict(self, batch: list[Shard]) -> np.ndarray:
+    def predict(self, batch: Batch) -> np.ndarray:
         parts = [logits.cpu().numpy() for logits in self._eval_logits(batch)]
         return np.concatenate(parts) if parts else np.zeros((0, self.spec.num_classes), np.float32)
 
