@@ -18,7 +18,7 @@ class JaxBackend:
 
     name = "jax"
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process",
-                              "sync_batchnorm_processes"})
+                              "sync_batchnorm_processes", "optimizers", "accumulate", "bf16"})
     frameworks = ("jax", "jaxlib", "flax", "optax")
 
     def settings(self) -> dict[str, str]:

@@ -56,9 +56,12 @@ class BatchNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, mask: Optional[jax.Array]) -> jax.Array:
-        channels = x.shape[-1]
+        channels, compute = x.shape[-1], x.dtype
         gamma = self.param("gamma", nn.initializers.ones, (channels,))
         beta = self.param("beta", nn.initializers.zeros, (channels,))
+        # bfloat16 activations (precision bf16) are normalised in the parameters' float32: statistics of
+        # bfloat16 sums would be too coarse, and the running statistics stay float32
+        x = x.astype(jnp.promote_types(compute, gamma.dtype))
         running_mean = self.variable("batch_stats", "running_mean", jnp.zeros, (channels,))
         running_var = self.variable("batch_stats", "running_var", jnp.ones, (channels,))
         if mask is None:
@@ -75,4 +78,4 @@ class BatchNorm(nn.Module):
         out = (x - mean) * (gamma * lax.rsqrt(var + BN_EPS)) + beta
         if mask is not None:  # padding rows leave as zeros: an empty shard (variance 0) cannot blow them up
             out = jnp.where(mask.reshape((-1,) + (1,) * (x.ndim - 1)), out, 0.0)
-        return out
+        return out.astype(compute)

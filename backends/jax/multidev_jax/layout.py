@@ -31,10 +31,15 @@ def path(param: Param) -> tuple[str, ...]:
     return (*modules, "kernel" if param.role in _TO_FLAX else leaf)
 
 
-def to_flax(spec: ModelSpec, state: State, dtype=np.float32) -> Variables:
-    """Canonical state -> ``{"params": ..., "batch_stats": ...}`` of numpy arrays in ``dtype``."""
+def to_flax(spec: ModelSpec, state: State, dtype=np.float32, trainable_only: bool = False) -> Variables:
+    """Canonical state -> ``{"params": ..., "batch_stats": ...}`` of numpy arrays in ``dtype``.
+
+    ``trainable_only``: ``state`` holds parameter-shaped arrays alone (an optimizer slot), given under ``params``.
+    """
     flat: dict[str, dict[tuple[str, ...], np.ndarray]] = {"params": {}, "batch_stats": {}}
     for p in spec.params():
+        if trainable_only and not p.trainable:
+            continue
         value = np.asarray(state[p.name], dtype)
         if p.role in _TO_FLAX:
             value = value.transpose(_TO_FLAX[p.role])

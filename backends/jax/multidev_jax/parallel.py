@@ -5,7 +5,8 @@ uneven (the core's split rule) or empty, but an array's shards cannot, so
 every device's shard is padded to a common length (a multiple of
 :data:`ALIGN`) and carries its true size; the steps mask the padding (see
 :mod:`.steps`). Parameters, optimizer state and running statistics are
-replicated arrays: each device holds its own copy.
+replicated arrays: each device holds its own copy, as is the gradient sum of
+an accumulated update (one gradient-sized tree, made at the first micro-batch).
 """
 
 from __future__ import annotations
@@ -16,16 +17,17 @@ from typing import Any, Hashable
 
 import jax
 import numpy as np
+import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from multidev.engine import MultidevError, Setup, Shards, State, StepStats
+from multidev.engine import STEP, MultidevError, Setup, Shards, State, StepStats, check_state, slot_name
 
 from .compiled import Compiler
 from .devices import AXIS, mesh
 from .distributed import job_devices
 from .layout import from_flax, to_flax
-from .steps import OPTIMIZER, steps
+from .steps import SLOTS, steps
 
 #: Shard length is rounded up to a multiple of this. Ragged last batches and evaluation batches then
 #: share compiled shapes, and small batches run the same per-device program shape on any device
@@ -44,7 +46,8 @@ class Batch:
     sizes: tuple[int, ...]   # this process's devices
     length: int
     labelled: bool
-    total: int               # B over the job
+    total: int               # rows of this minibatch over the job
+    whole: int               # B: rows of the whole update (Shards.batch), what each shard's loss sum is divided by
 
 
 def x64() -> Any:
@@ -74,19 +77,23 @@ class JaxReplicas:
         #: the steps' sums are the job's (psum over the mesh): rank 0 reports them, the others report 0
         self._reports = setup.group.rank == 0
         self.mesh = mesh(self._places)
-        self._steps = steps(self.spec, self.sync, self.mesh)
+        #: what the compiled steps depend on besides shapes
+        self._recipe = (self.spec, self.sync, self.mesh, setup.optimizer, setup.precision, setup.tf32)
+        self._steps = steps(*self._recipe)
         self._compiler = Compiler()
         self._replicated = NamedSharding(self.mesh, P())
         self._sharded = NamedSharding(self.mesh, P(AXIS))
         self._device_sizes: dict[tuple[int, ...], jax.Array] = {}
+        self._sum: Any = None  # the gradient summed over an update's micro-batches so far (None: never accumulated)
         self.load_state(state)
+        self.load_optimizer_state(setup.optimizer.init_state(self.spec, self.dtype))
 
     @property
     def compile_seconds(self) -> float:
         return self._compiler.seconds
 
     def _compiled(self, name: str, batch: Batch, *args: Any) -> jax.stages.Compiled:
-        key: Hashable = (name, self.spec, self.sync, self.mesh, batch.length, self.dtype)
+        key: Hashable = (name, *self._recipe, batch.length, self.dtype)
         return self._compiler.get(key, getattr(self._steps, name), *args)
 
     def _on(self, tree: Any, device: jax.Device) -> Any:
@@ -122,7 +129,8 @@ class JaxReplicas:
         if every not in self._device_sizes:  # an epoch has two or three distinct splits: place each once
             self._device_sizes[every] = self._global(np.asarray(sizes, np.int32), len(every))
         images, labels = self._global(images, len(every) * length), self._global(labels, len(every) * length)
-        return Batch(images, labels, self._device_sizes[every], sizes, length, shards.y is not None, shards.batch)
+        return Batch(images, labels, self._device_sizes[every], sizes, length, shards.y is not None, sum(every),
+                     shards.batch)
 
     def _held(self, array: jax.Array, batch: Batch) -> list[np.ndarray]:
         """This process's devices' rows of a batch-sharded array, padding cut off."""
@@ -135,10 +143,18 @@ class JaxReplicas:
 
     # Steps -----------------------------------------------------------------
     @scoped
-    def train_step(self, batch: Batch, lr: float) -> StepStats:
-        args = (self._params, self._opt_state, self._stats, batch.x, batch.y, batch.device_sizes, self.dtype.type(lr))
-        step = self._compiled("train", batch, *args)
-        self._params, self._opt_state, self._stats, *sums = step(*args)
+    def train_step(self, batch: Batch, lr: float, *, update: bool = True) -> StepStats:
+        rate, whole = self.dtype.type(lr), self.dtype.type(batch.whole)  # inputs of the step: no recompile
+        if update and self._sum is None:
+            args = (self._params, self._opt_state, self._stats, batch.x, batch.y, batch.device_sizes, rate, whole)
+            self._params, self._opt_state, self._stats, *sums = self._compiled("train", batch, *args)(*args)
+        else:
+            if self._sum is None:  # the first micro-batch: zeros, reused by every later update of the run
+                self._sum = self._replicate(jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), self._params))
+            args = (self._params, self._opt_state, self._stats, self._sum, batch.x, batch.y, batch.device_sizes,
+                    rate, whole, np.bool_(update))
+            self._params, self._opt_state, self._stats, self._sum, *sums = \
+                self._compiled("accumulate", batch, *args)(*args)
         loss_sum, correct = jax.device_get(sums)  # one wait, one transfer
         if not self._reports:
             return StepStats(0.0, 0, 0)
@@ -146,7 +162,7 @@ class JaxReplicas:
 
     @scoped
     def gradients(self, batch: Batch) -> State:
-        args = (self._params, self._stats, batch.x, batch.y, batch.device_sizes)
+        args = (self._params, self._stats, batch.x, batch.y, batch.device_sizes, self.dtype.type(batch.whole))
         grads = self._compiled("gradients", batch, *args)(*args)
         return from_flax(self.spec, {"params": self._on(grads, self._local[0])}, trainable_only=True)
 
@@ -186,7 +202,28 @@ class JaxReplicas:
         variables = to_flax(self.spec, state, self.dtype)
         self._params = self._replicate(variables["params"])
         self._stats = self._replicate(variables["batch_stats"])
-        self._opt_state = self._replicate(jax.tree.map(np.asarray, OPTIMIZER.init(variables["params"])))
+
+    # OptimizerState: optax's state <-> canonical names --------------------------------------------------
+    @scoped
+    def optimizer_state(self) -> State:
+        host = self._on(self._opt_state, self._local[0])
+        state: State = {STEP: np.array(_counts(host)[0], np.int64)}
+        for slot in self.setup.optimizer.slots:
+            tree = optax.tree.get(host, SLOTS[slot])
+            state.update({slot_name(slot, name): value for name, value in
+                          from_flax(self.spec, {"params": tree}, trainable_only=True).items()})
+        return state
+
+    @scoped
+    def load_optimizer_state(self, state: State) -> None:
+        opt = self.setup.optimizer
+        check_state(opt, self.spec, state)
+        slots = {SLOTS[slot]: to_flax(self.spec, {p: state[slot_name(slot, p)] for p in self.spec.trainable()},
+                                      self.dtype, trainable_only=True)["params"] for slot in opt.slots}
+        zeros = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), self._params)
+        host = self._steps.optimizer.init(zeros)
+        host = _with_counts(optax.tree.set(host, **slots) if slots else host, int(state[STEP]))
+        self._opt_state = self._replicate(jax.tree.map(np.asarray, host))
 
     def _replicate(self, tree: Any) -> Any:
         """The same host arrays on every device of the job (each process places its own copies)."""
@@ -194,3 +231,18 @@ class JaxReplicas:
             return jax.device_put(tree, self._replicated)
         return jax.tree.map(lambda a: jax.make_array_from_callback(np.shape(a), self._replicated,
                                                                    lambda index: np.asarray(a)[index]), tree)
+
+
+def _is_count(path: tuple[Any, ...]) -> bool:
+    """A ``count`` field of optax's state: inject_hyperparams' and adam's both count the updates done."""
+    return getattr(path[-1], "name", None) == "count"
+
+
+def _counts(tree: Any) -> list[Any]:
+    return [leaf for path, leaf in jax.tree.leaves_with_path(tree) if _is_count(path)]
+
+
+def _with_counts(tree: Any, step: int) -> Any:
+    """``tree`` with every update count set to ``step`` (optax.tree.set stops at the outermost one it finds)."""
+    return jax.tree.map_with_path(
+        lambda path, leaf: np.asarray(step, np.asarray(leaf).dtype) if _is_count(path) else leaf, tree)

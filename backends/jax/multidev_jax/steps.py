@@ -2,11 +2,13 @@
 
 Each device runs the model on its own padded shard (``shard_map`` over the
 mesh axis, parameters replicated). The loss is the psum of the shards'
-masked sums divided by the true batch size B, so each shard weighs n_i / B.
+masked sums divided by B, the rows of the whole update (an input of the step:
+micro-batches of an accumulated update divide by all of its rows), so each
+shard weighs n_i / B.
 ``jax.grad`` of that loss with respect to the replicated parameters makes
 JAX emit the cross-device sum of the shards' gradients (the transpose of a
 replicated input is a psum): the AllReduce of contract: Loss, gradients and the update, with no hand-written
-communication. The SGD update then runs replicated, identically on every device.
+communication. The optimizer's update then runs replicated, identically on every device.
 """
 
 from __future__ import annotations
@@ -22,27 +24,54 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from multidev.engine import ModelSpec
+from multidev.engine import ModelSpec, Optimizer
 
 from .devices import AXIS
-from .model import build
-
-#: Plain SGD whose learning rate is an input of the compiled step, so changing it never recompiles.
-OPTIMIZER = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
+from .model import PRECISION, TF32, Compute, build
 
 SHARDED, REPLICATED = P(AXIS), P()
 
 
+def transformation(optimizer: Optimizer) -> optax.GradientTransformation:
+    """The contract's ``optimizer`` from optax's own parts, its learning rate an input of the compiled step.
+
+    sgd: the decay is coupled, added to the gradient ahead of optax's momentum
+    ``trace`` (b = m * b + g; g + m * b with Nesterov), as optax.sgd alone has
+    none. adamw: optax.adamw, its eps outside the square root of v_hat, its
+    decoupled decay scaled by the learning rate. Every parameter is decayed.
+    """
+    def rule(learning_rate: Any) -> optax.GradientTransformation:
+        if optimizer.name == "adamw":
+            b1, b2 = optimizer.betas
+            return optax.adamw(learning_rate, b1, b2, optimizer.eps, weight_decay=optimizer.weight_decay)
+        decay = [optax.add_decayed_weights(optimizer.weight_decay)] if optimizer.weight_decay else []
+        return optax.chain(*decay, optax.sgd(learning_rate, optimizer.momentum or None, optimizer.nesterov))
+
+    return optax.inject_hyperparams(rule)(learning_rate=0.0)
+
+
+#: canonical slot -> the field of optax's state that holds it (the update count is every ``count``)
+SLOTS = {"momentum": "trace", "m": "mu", "v": "nu"}
+
+
 @dataclass(frozen=True)
 class Steps:
-    """The jitted functions of one (model, BatchNorm mode, mesh); compiled per shard length by the caller."""
+    """The jitted functions of one recipe (model, BatchNorm mode, mesh, optimizer, compute); compiled per shard length.
 
-    #: (params, opt_state, stats, x, y, sizes, lr) -> (params, opt_state, stats, loss_sum, correct)
+    ``whole`` is B, the rows of the whole update, in the parameters' dtype.
+    """
+
+    #: (params, opt_state, stats, x, y, sizes, lr, whole) -> (params, opt_state, stats, loss_sum, correct)
     train: Callable[..., Any]
-    #: (params, stats, x, y, sizes) -> gradient of the mean loss (running statistics untouched)
+    #: (params, opt_state, stats, held, x, y, sizes, lr, whole, update) -> (params, opt_state, stats, held,
+    #: loss_sum, correct): adds the gradient to ``held``; with ``update`` applies the sum and returns zeros
+    accumulate: Callable[..., Any]
+    #: (params, stats, x, y, sizes, whole) -> gradient of the mean loss (running statistics untouched)
     gradients: Callable[..., Any]
     #: (params, stats, x, y, sizes) -> (logits, loss_sum, correct, count), inference mode
     evaluate: Callable[..., Any]
+    #: the optimizer the train steps apply
+    optimizer: optax.GradientTransformation
 
 
 def _sums(logits: jax.Array, y: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -57,34 +86,53 @@ def _variables(params: Any, stats: Any) -> dict[str, Any]:
     return {"params": params, "batch_stats": stats} if stats else {"params": params}
 
 
+def compute(mesh: Mesh, precision: str, tf32: bool) -> Compute:
+    """The model's arithmetic for a setup: bf16 activations for precision bf16, TF32 only on GPUs and on request."""
+    platform = mesh.devices.flat[0].platform
+    return Compute(cpu=platform == "cpu", dtype=jnp.bfloat16 if precision == "bf16" else None,
+                   precision=TF32 if tf32 and platform == "gpu" else PRECISION)
+
+
 @lru_cache(maxsize=None)
-def steps(spec: ModelSpec, sync: bool, mesh: Mesh) -> Steps:
-    """Build (once per model, mode and mesh) the jitted train, gradient and evaluation steps."""
-    model = build(spec, sync, cpu=mesh.devices.flat[0].platform == "cpu")
+def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimizer(), precision: str = "fp32",
+          tf32: bool = False) -> Steps:
+    """Build (once per recipe) the jitted train, accumulation, gradient and evaluation steps."""
+    model = build(spec, sync, compute(mesh, precision, tf32))
+    opt = transformation(optimizer)
 
     def shard_forward(params, stats, x, y, size):
         mask = jnp.arange(x.shape[0]) < size[0]
         logits, updates = model.apply(_variables(params, stats), x, mask, mutable=["batch_stats"])
         loss_sum, correct = _sums(logits, y, mask)
-        return loss_sum, correct, lax.psum(size[0], AXIS), updates.get("batch_stats", stats)
+        return loss_sum, correct, updates.get("batch_stats", stats)
 
     forward = jax.shard_map(shard_forward, mesh=mesh, in_specs=(REPLICATED, REPLICATED, SHARDED, SHARDED, SHARDED),
-                            out_specs=(REPLICATED,) * 4)
+                            out_specs=(REPLICATED,) * 3)
 
-    def mean_loss(params, stats, x, y, sizes):
-        loss_sum, correct, total, new_stats = forward(params, stats, x, y, sizes)
-        return loss_sum / jnp.maximum(total, 1), (loss_sum, correct, new_stats)
+    def mean_loss(params, stats, x, y, sizes, whole):
+        loss_sum, correct, new_stats = forward(params, stats, x, y, sizes)
+        return loss_sum / whole, (loss_sum, correct, new_stats)
 
     grad = jax.grad(mean_loss, has_aux=True)
 
-    def train(params, opt_state, stats, x, y, sizes, lr):
-        grads, (loss_sum, correct, new_stats) = grad(params, stats, x, y, sizes)
-        opt_state = opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": lr})
-        updates, opt_state = OPTIMIZER.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, new_stats, loss_sum, correct
+    def apply(params, opt_state, grads, lr):
+        updates, opt_state = opt.update(grads, optax.tree.set(opt_state, learning_rate=lr), params)
+        return optax.apply_updates(params, updates), opt_state
 
-    def gradients(params, stats, x, y, sizes):
-        return grad(params, stats, x, y, sizes)[0]
+    def train(params, opt_state, stats, x, y, sizes, lr, whole):
+        grads, (loss_sum, correct, new_stats) = grad(params, stats, x, y, sizes, whole)
+        return *apply(params, opt_state, grads, lr), new_stats, loss_sum, correct
+
+    def accumulate(params, opt_state, stats, held, x, y, sizes, lr, whole, update):
+        grads, (loss_sum, correct, new_stats) = grad(params, stats, x, y, sizes, whole)
+        held = optax.tree.add(held, grads)
+        params, opt_state, held = lax.cond(
+            update, lambda: (*apply(params, opt_state, held, lr), optax.tree.zeros_like(held)),
+            lambda: (params, opt_state, held))
+        return params, opt_state, new_stats, held, loss_sum, correct
+
+    def gradients(params, stats, x, y, sizes, whole):
+        return grad(params, stats, x, y, sizes, whole)[0]
 
     def shard_evaluate(params, stats, x, y, size):
         mask = jnp.arange(x.shape[0]) < size[0]
@@ -96,5 +144,6 @@ def steps(spec: ModelSpec, sync: bool, mesh: Mesh) -> Steps:
                              out_specs=(SHARDED, REPLICATED, REPLICATED, REPLICATED))
     replicated = NamedSharding(mesh, REPLICATED)
     return Steps(train=jax.jit(train, donate_argnums=(0, 1, 2), out_shardings=replicated),
+                 accumulate=jax.jit(accumulate, donate_argnums=(0, 1, 2, 3), out_shardings=replicated),
                  gradients=jax.jit(gradients, out_shardings=replicated),
-                 evaluate=jax.jit(evaluate))
+                 evaluate=jax.jit(evaluate), optimizer=opt)
