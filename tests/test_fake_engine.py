@@ -12,5 +12,6 @@ class TestFakeEngineConformance(Conformance):
     accuracy_device_counts = ()  # the reference arithmetic in NumPy: too slow for a 10-epoch run
 
     @pytest.fixture(scope="class")
-    def engine(self):
+    @classmethod
+    def engine(cls):
         return FakeEngine()

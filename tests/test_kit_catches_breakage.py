@@ -30,7 +30,8 @@ class TestBrokenEngine(Conformance):
     accuracy_device_counts = ()
 
     @pytest.fixture(scope="class")
-    def engine(self):
+    @classmethod
+    def engine(cls):
         return FakeEngine(fault={fault!r})
 '''
 

@@ -12,7 +12,8 @@ the ``engine`` fixture (as fsspec's abstract test classes take theirs)::
 
     class TestMyEngine(Conformance):
         @pytest.fixture(scope="class")
-        def engine(self):
+        @classmethod
+        def engine(cls):
             return MyBackend()
 
 The classes have no ``Test`` prefix, so pytest collects them only through a
@@ -59,11 +60,12 @@ class EngineFixtures:
     device_counts: ClassVar[Sequence[int]] = (1, 2, 3, 4)
 
     @pytest.fixture(scope="class")
-    def engine(self) -> Backend:
+    @classmethod
+    def engine(cls) -> Backend:
         """The engine under test: the installed one called ``backend``; override it to test an object."""
-        if not self.backend:
+        if not cls.backend:
             pytest.skip("set `backend` on the subclass, or override the `engine` fixture")
-        return load_backend(self.backend)
+        return load_backend(cls.backend)
 
     def counts(self, engine: Backend) -> list[int]:
         return [k for k in self.device_counts if k == 1 or "virtual_cpu" in engine.capabilities]
