@@ -19,7 +19,8 @@ class MXNetBackend:
     """Creating it loads nothing: MXNet loads on the first call that needs it (see runtime.py)."""
 
     name = "mxnet"
-    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process"})
+    capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process", "optimizers",
+                              "accumulate", "bf16"})
     frameworks = ("mxnet",)
 
     def settings(self) -> dict[str, str]:

@@ -23,7 +23,6 @@ import gc
 import os
 import sys
 import threading
-import time
 from typing import Callable, Sequence
 
 import numpy as np

@@ -9,6 +9,8 @@ order), so loading a state is a copy with no transposes.
 
 from __future__ import annotations
 
+import warnings
+
 from multidev.engine import ModelSpec, lenet_flat_features, resnet18_blocks
 
 from .batchnorm import BatchNorm, StatsExchange
@@ -166,3 +168,28 @@ def trace(net: nn.Block, in_shape: tuple[int, ...], ctx: mx.Context, sync: bool,
     finally:
         for bn in layers:
             bn.exchange, bn.batch_statistics = None, None
+
+
+def bfloat16(net: nn.HybridBlock) -> nn.HybridBlock:
+    """``net``'s compiled graph with convolutions and dense layers in bfloat16, on ``net``'s float32 parameters.
+
+    contrib.amp inserts casts to bfloat16 before Convolution and
+    FullyConnected (BatchNorm stays float32, as its statistics need); the
+    block shares ``net``'s Parameter objects, so gradients, updates and the
+    optimizer's state stay float32. Each parameter enters through an
+    ``identity``: MXNet 1.9.1's ``amp_cast`` to bfloat16 ignores
+    ``grad_req="add"`` (the gradient stays 0), while the identity honours it.
+    """
+    from mxnet.contrib import amp
+
+    inputs, sym = net._cached_graph
+    data = [i.name for i in inputs]
+    params = [name for name in sym.list_arguments() if name not in data]
+    sym = sym(**{name: mx.sym.identity(mx.sym.var(name), name=f"{name}_in") for name in params})
+    converted = amp.convert_symbol(sym, "bfloat16", data_names=data,
+                                   fp32_ops=amp.list_fp32_ops(amp.amp.bfloat16) + ["BatchNorm"])
+    with warnings.catch_warnings():  # it cannot tell the data's type before a call: float32, as the casts say
+        warnings.filterwarnings("ignore", "Cannot decide type", UserWarning)
+        block = nn.SymbolBlock(converted, inputs, params=net.collect_params())
+    block.hybridize(static_alloc=True)
+    return block

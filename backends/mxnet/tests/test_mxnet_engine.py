@@ -6,6 +6,7 @@ that could hang (sync BatchNorm) run in a subprocess with a time limit.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ import multidev
 from multidev import load_backend, shard_sizes
 from multidev.devices import resolve_devices
 from multidev.models import BN_EPS, BN_MOMENTUM
+from multidev.optim import Optimizer
 from multidev.testing import (ACCURACY_FLOOR, LENET, RESNET, SAME_ENGINE_RTOL, assert_states_close,
                               assert_states_equal, batch)
 
@@ -157,6 +159,65 @@ def test_gradients_leave_running_statistics_alone(engine):
     reps.gradients(reps.place(multidev.cut(x, y, shard_sizes(6, 2))))
     assert_states_equal([reps.state(), before], promise="gradients() changed the model")
 
+
+
+def _steps(reps, parts, x, y, k: int) -> None:
+    """One update of the rows of ``x`` as micro-batches ``parts`` (row ranges) over ``k`` devices."""
+    for j, (a, b) in enumerate(parts):
+        shards = dataclasses.replace(multidev.cut(x[a:b], y[a:b], shard_sizes(b - a, k)), whole=len(x))
+        reps.train_step(reps.place(shards), lr=0.1, update=j == len(parts) - 1)
+
+
+def _step_of(reps, spec) -> np.ndarray:
+    start = spec.init(0)
+    return np.concatenate([(reps.state()[n] - start[n]).ravel() for n in spec.trainable()])
+
+
+def test_idle_contexts_hand_on_earlier_micro_batches(engine):
+    """grad_req="add": a context idle in the last micro-batch still holds its earlier ones (LeNet: rows are apart)."""
+    x, y = batch(LENET, 4, seed=7)
+    optimizer = Optimizer(momentum=0.9)
+    one = multidev.replicate(engine, multidev.Setup(LENET, resolve_devices(devices=1), optimizer=optimizer),
+                             LENET.init(0))
+    one.train_step(one.place(multidev.cut(x, y, [4])), lr=0.1)
+    reps = multidev.replicate(engine, multidev.Setup(LENET, resolve_devices(devices=3), optimizer=optimizer,
+                                                     accumulate=2), LENET.init(0))
+    _steps(reps, [(0, 3), (3, 4)], x, y, 3)  # devices 1 and 2 sit the second micro-batch out
+    assert_states_equal(reps.replica_states(), promise="accumulate: replicas drift apart")
+    assert_states_close(reps.state(), one.state(), rtol=SAME_ENGINE_RTOL,
+                        promise="accumulate: micro-batches 3 + 1 on 3 devices are not the update of their 4 rows")
+
+
+def test_bf16_micro_batches_add_up(engine):
+    """MXNet 1.9.1's amp_cast to bfloat16 drops grad_req="add" (the gradient stays 0): the engine's identity keeps it."""
+    x, y = batch(LENET, 8, seed=7)
+    setup = dict(precision="bf16", optimizer=Optimizer(momentum=0.9))
+    whole = multidev.replicate(engine, multidev.Setup(LENET, resolve_devices(devices=1), **setup), LENET.init(0))
+    whole.train_step(whole.place(multidev.cut(x, y, [8])), lr=0.1)
+    parts = multidev.replicate(engine, multidev.Setup(LENET, resolve_devices(devices=1), accumulate=2, **setup),
+                               LENET.init(0))
+    _steps(parts, [(0, 4), (4, 8)], x, y, 1)
+    want, got = _step_of(whole, LENET), _step_of(parts, LENET)
+    err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+    assert err < 0.05, f"bf16: two micro-batches of 4 rows are {err:.2f} of the step away from one batch of 8"
+
+
+def test_load_state_keeps_the_optimizer_state(engine):
+    """The kvstore that updates is started afresh by load_state; the momentum it held must carry over."""
+    reps = multidev.replicate(engine, multidev.Setup(LENET, resolve_devices(devices=2),
+                                                     optimizer=Optimizer(momentum=0.9)), LENET.init(0))
+    x, y = batch(LENET, 6)
+    reps.train_step(reps.place(multidev.cut(x, y, [3, 3])), lr=0.1)
+    before = reps.optimizer_state()
+    reps.load_state(reps.state())
+    assert_states_equal([reps.optimizer_state(), before], promise="load_state lost the optimizer's state")
+
+
+def test_update_false_needs_accumulate(engine):
+    reps = multidev.replicate(engine, multidev.Setup(LENET, resolve_devices(devices=1)), LENET.init(0))
+    x, y = batch(LENET, 2)
+    with pytest.raises(multidev.MultidevError, match="accumulate"):
+        reps.train_step(reps.place(multidev.cut(x, y, [2])), lr=0.1, update=False)
 
 def test_devices_are_mxnet_contexts(engine):
     reps = multidev.replicate(engine, multidev.Setup(LENET, resolve_devices(devices=["cpu:0", "cpu:2"])), LENET.init(0))
