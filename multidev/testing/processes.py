@@ -126,6 +126,23 @@ class MultiProcessChecks(EngineFixtures):
                     f"as 1 process x 2 devices", rtol)
 
     @pytest.mark.slow
+    def test_recipe_in_two_processes_equals_two_devices(self, engine, tmp_path):
+        """Nesterov with decay, cosine with warm-up, micro-batches of 50 (updates of 100, the last uneven)."""
+        self.needs_processes(engine)
+        self.require(engine, "optimizers")
+        self.require(engine, "accumulate")
+        recipe = ["--model", "lenet", "--dataset", "synthetic", "--batch-size", "50", "--accumulate", "2",
+                  "--momentum", "0.9", "--nesterov", "--weight-decay", "5e-4", "--schedule", "cosine",
+                  "--warmup-steps", "2"]
+        for form, path in ((["--processes", "2"], "processes.npz"), (["--devices", "2"], "devices.npz")):
+            run(engine.name, *form, *recipe, "--checkpoint", str(tmp_path / path))
+        promise = "processes: a recipe as 2 processes x 1 device does not train as 1 process x 2 devices"
+        assert_same(tmp_path / "processes.npz", tmp_path / "devices.npz", promise)
+        got, want = (ckpt.load_optimizer_state(tmp_path / p) for p in ("processes.npz", "devices.npz"))
+        assert sorted(got) == sorted(want) and len(got) > 1, f"{promise}: the optimizer states differ in names"
+        assert_states_close(got, want, rtol=SAME_ENGINE_RTOL, promise=f"{promise} (optimizer state)")
+
+    @pytest.mark.slow
     def test_two_launches_equal_one(self, engine, tmp_path):
         """The many-machine form, as two launches on this machine meeting over 127.0.0.1."""
         self.needs_processes(engine)
