@@ -77,8 +77,12 @@ def first_epoch(out) -> str:
 @contextlib.contextmanager
 def long_job(engine: str, saved: Path) -> Iterator[subprocess.Popen]:
     """A 2-process job of 50 epochs, handed over once its first epoch is done; killed on the way out."""
-    job = subprocess.Popen(command(engine, "--processes", "2", "--epochs", "50", "--checkpoint", str(saved)),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    meet = f"127.0.0.1:{free_port()}"  # not a port another job holds
+    # Ctrl-C as a terminal gives it, even when the tests run where SIGINT is ignored (a background job of a
+    # non-interactive shell): an ignored SIGINT is inherited, and a launcher started so rightly ignores it
+    job = subprocess.Popen(command(engine, "--processes", "2", "--epochs", "50", "--checkpoint", str(saved),
+                                   "--master", meet), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         first = first_epoch(job.stdout)
         assert first.startswith("epoch 1/50"), first + job.stderr.read()
