@@ -65,6 +65,12 @@ class Schedule:
             raise MultidevError(f"the warm-up ({warm} steps) is as long as the run or longer ({total} steps of "
                                 f"{epochs} epochs): shorten the warm-up or raise --epochs")
 
+    def check_epochs(self, epochs: int) -> None:
+        """The check a launcher can make before it knows the data set: a warm-up in epochs against the epochs."""
+        if self.warmup_epochs >= epochs:
+            raise MultidevError(f"the warm-up ({self.warmup_epochs:g} epochs) is as long as the run or longer "
+                                f"({epochs} epochs): shorten the warm-up or raise --epochs")
+
     def rate(self, lr: float, step: int, steps_per_epoch: int, epochs: int) -> float:
         """The learning rate of update ``step`` (1-based, counted over the whole run)."""
         warm = self.warmup(steps_per_epoch)

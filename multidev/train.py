@@ -207,6 +207,7 @@ def train(backend: str | Backend = DEFAULTS["backend"], *, gpus: object = None, 
                     shard_weights=shard_weights, checkpoint=checkpoint, resume=resume, progress=progress,
                     dtype=dtype, trace=trace, recipe=recipe, prefetch=prefetch)
     if processes > 1 or nnodes > 1:
+        recipe.schedule.check_epochs(epochs)  # before any worker starts, not a line from each of them
         if joined is not None:
             raise MultidevError(f"this process is already rank {joined.group.rank} of {joined.group.size} (started "
                                 f"by a launcher): drop --processes and --nnodes")

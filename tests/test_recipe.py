@@ -174,3 +174,12 @@ def test_prefetch_keeps_order_runs_ahead_and_raises_in_the_loop():
     assert got == [0, 10, 20, 30, 40]
     assert all(name.startswith("multidev-prefetch") for _, name in seen)
     assert list(ahead(lambda i: i + 1, range(4), depth=0)) == [1, 2, 3, 4]
+
+
+def test_a_job_with_a_warmup_longer_than_the_run_is_refused_before_any_worker_starts():
+    proc = subprocess.run([sys.executable, "-m", "multidev", "train", "--processes", "2", "--warmup-epochs", "3",
+                           "--epochs", "2", "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "multidev: error: the warm-up (3 epochs) is as long as the run or longer (2 epochs): shorten the warm-up or "
+        "raise --epochs"], proc.stderr
