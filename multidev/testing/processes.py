@@ -78,11 +78,14 @@ def first_epoch(out) -> str:
 def long_job(engine: str, saved: Path) -> Iterator[subprocess.Popen]:
     """A 2-process job of 50 epochs, handed over once its first epoch is done; killed on the way out."""
     meet = f"127.0.0.1:{free_port()}"  # not a port another job holds
+    argv = command(engine, "--processes", "2", "--epochs", "50", "--checkpoint", str(saved), "--master", meet)
     # Ctrl-C as a terminal gives it, even when the tests run where SIGINT is ignored (a background job of a
-    # non-interactive shell): an ignored SIGINT is inherited, and a launcher started so rightly ignores it
-    job = subprocess.Popen(command(engine, "--processes", "2", "--epochs", "50", "--checkpoint", str(saved),
-                                   "--master", meet), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # non-interactive shell): an ignored SIGINT is inherited, and a launcher started so rightly ignores it.
+    # Python's own handler is set in the launcher itself (a preexec_fn would fork a multithreaded process).
+    start = (f"import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+             f"sys.argv = {['multidev', *argv[3:]]!r}; runpy.run_module('multidev', run_name='__main__')")
+    launcher = [argv[0], "-c", start]
+    job = subprocess.Popen(launcher, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = first_epoch(job.stdout)
         assert first.startswith("epoch 1/50"), first + job.stderr.read()
