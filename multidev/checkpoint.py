@@ -40,8 +40,8 @@ def save(path: str | Path, spec: ModelSpec, state: State, optimizer_state: State
     return path
 
 
-def load(path: str | Path) -> tuple[ModelSpec, State, dict[str, Any]]:
-    """(spec, state, meta) from a checkpoint; a bad file is a one-line error."""
+def _read(path: str | Path) -> tuple[ModelSpec, State, dict[str, Any]]:
+    """(spec, every array, meta) of a checkpoint, read once and checked; a bad file is a one-line error."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as archive:
@@ -61,13 +61,16 @@ def load(path: str | Path) -> tuple[ModelSpec, State, dict[str, Any]]:
         raise MultidevError(f"{path} was written by a newer multidev (format {match.group(1)}; this one reads "
                             f"{VERSION}): upgrade multidev to resume from it")
     spec = ModelSpec(meta["model"], tuple(meta["in_shape"]), int(meta["num_classes"]))
-    state = {p.name: arrays[p.name] for p in spec.params() if p.name in arrays}
     spec.check({name: value for name, value in arrays.items() if not name.startswith(STATE_PREFIX)})
-    return spec, state, meta
+    return spec, arrays, meta
+
+
+def load(path: str | Path) -> tuple[ModelSpec, State, dict[str, Any]]:
+    """(spec, state, meta) from a checkpoint; a bad file is a one-line error."""
+    spec, arrays, meta = _read(path)
+    return spec, {p.name: arrays[p.name] for p in spec.params()}, meta
 
 
 def load_optimizer_state(path: str | Path) -> State:
     """The optimizer's state a checkpoint holds, under its canonical names (empty for plain SGD)."""
-    load(path)  # the same one-line errors for a missing or foreign file
-    with np.load(Path(path), allow_pickle=False) as archive:
-        return {name: archive[name] for name in archive.files if name.startswith(STATE_PREFIX)}
+    return {name: value for name, value in _read(path)[1].items() if name.startswith(STATE_PREFIX)}

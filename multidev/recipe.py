@@ -113,11 +113,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def from_args(args: argparse.Namespace) -> Recipe:
     try:
-        betas = tuple(float(b) for b in str(args.betas).split(","))
-    except ValueError:
+        b1, b2 = (float(b) for b in str(args.betas).split(","))
+    except ValueError:  # not numbers, or not two of them
         raise MultidevError(f"--betas takes two numbers separated by a comma, e.g. 0.9,0.999; got {args.betas!r}")
-    if len(betas) != 2:
-        raise MultidevError(f"--betas takes two numbers separated by a comma, e.g. 0.9,0.999; got {args.betas!r}")
+    betas = (b1, b2)
     return Recipe.of(optimizer=args.optimizer, momentum=args.momentum, nesterov=args.nesterov,
                      weight_decay=args.weight_decay, betas=betas, eps=args.eps, schedule=args.schedule,
                      milestones=args.milestones, factor=args.factor, warmup_steps=args.warmup_steps,

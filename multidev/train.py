@@ -20,7 +20,8 @@ from .interrupt import Interrupted, stop_at_step_boundary
 from .models import ModelSpec
 from .optim import check_state
 from .prefetch import ahead
-from .protocol import Backend, Replicas, Setup, check_batchnorm, check_claims, check_dtype, replicate
+from .protocol import (Backend, Replicas, Setup, check_batchnorm, check_claims, check_dtype, check_precision,
+                       replicate)
 from .recipe import Recipe
 from .registry import engine_version, load_backend
 from .result import EpochRecord, Result
@@ -198,8 +199,7 @@ def train(backend: str | Backend = DEFAULTS["backend"], *, gpus: object = None, 
                        betas=betas, eps=eps, schedule=schedule, milestones=milestones, factor=factor,
                        warmup_steps=warmup_steps, warmup_epochs=warmup_epochs, accumulate=accumulate,
                        precision=precision, tf32=tf32)
-    if precision == "bf16" and dtype != "float32":
-        raise MultidevError(f"precision bf16 keeps float32 master weights: leave dtype at float32, not {dtype}")
+    check_precision(precision, dtype)
     engine = load_backend(backend) if isinstance(backend, str) else backend
     joined = from_environment()
     settings = dict(gpus=gpus, devices=devices, model=model, dataset=dataset,

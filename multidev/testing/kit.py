@@ -81,10 +81,11 @@ class EngineFixtures:
             pytest.skip(f"{engine.name} does not claim {capability}")
 
     def make(self, engine: Backend, spec: ModelSpec, k: int, batchnorm: str = "local", seed: int = 0,
-             state=None, dtype: str = "float32") -> Replicas:
+             state=None, dtype: str = "float32", **recipe) -> Replicas:
+        """Replicas on k devices; ``recipe``: Setup's optimizer, accumulate and precision."""
         devices = resolve_devices(devices=k, gpu_count=engine.gpu_count(), max_cpu=engine.max_cpu_devices())
         try:
-            return replicate(engine, Setup(spec, tuple(devices), batchnorm, dtype),
+            return replicate(engine, Setup(spec, tuple(devices), batchnorm, dtype, **recipe),
                              spec.init(seed) if state is None else state)
         except MultidevError as exc:
             if dtype == "float32":

@@ -24,9 +24,8 @@ import pytest
 
 from .. import reference
 from ..data import synthetic
-from ..devices import resolve_devices
 from ..optim import STEP, Optimizer
-from ..protocol import Backend, Replicas, Setup, replicate
+from ..protocol import Replicas
 from ..shard import cut, shard_sizes
 from ..train import train
 from ._helpers import LENET, RESNET, assert_states_close, batch
@@ -54,13 +53,6 @@ def steps_data(spec=LENET, size: int = SIZE, seeds=SEEDS) -> list[tuple[np.ndarr
 class RecipeChecks(EngineFixtures):
     """contract: Optimizers, Gradient accumulation, Mixed precision."""
 
-    def build(self, engine: Backend, spec, k: int, *, optimizer: Optimizer = Optimizer(), dtype: str = "float32",
-              batchnorm: str = "local", accumulate: int = 1, precision: str = "fp32", state=None) -> Replicas:
-        devices = resolve_devices(devices=k, gpu_count=engine.gpu_count(), max_cpu=engine.max_cpu_devices())
-        setup = Setup(spec, tuple(devices), batchnorm, dtype, optimizer=optimizer, accumulate=accumulate,
-                      precision=precision)
-        return replicate(engine, setup, spec.init(0) if state is None else state)
-
     def _run(self, reps: Replicas, data, rates, k: int) -> Replicas:
         for (x, y), lr in zip(data, rates):
             reps.train_step(reps.place(cut(x, y, shard_sizes(len(x), k))), lr=lr)
@@ -76,7 +68,7 @@ class RecipeChecks(EngineFixtures):
         optimizer, data = RECIPES[recipe], steps_data()
         want, _ = reference.recipe_steps(LENET, LENET.init(0), optimizer, data, RATES)
         for k in self._device_counts(engine):
-            reps = self._run(self.build(engine, LENET, k, optimizer=optimizer), data, RATES, k)
+            reps = self._run(self.make(engine, LENET, k, optimizer=optimizer), data, RATES, k)
             assert_states_close(reps.state(), want, rtol=CROSS_ENGINE_RTOL,
                                 promise=f"optimizers: three {recipe} updates on {k} device(s), at rates {RATES}, are "
                                         f"not the contract's formula (float64 reference)")
@@ -88,7 +80,7 @@ class RecipeChecks(EngineFixtures):
         optimizer, data = RECIPES[recipe], steps_data()
         k = max(self.counts(engine))
         want, want_opt = reference.recipe_steps(LENET, LENET.init(0), optimizer, data, RATES)
-        reps = self._run(self.build(engine, LENET, k, optimizer=optimizer, dtype="float64"), data, RATES, k)
+        reps = self._run(self.make(engine, LENET, k, optimizer=optimizer, dtype="float64"), data, RATES, k)
         assert_states_close(reps.state(), want, rtol=FLOAT64_RTOL,
                             promise=f"optimizers: three float64 {recipe} updates on {k} device(s) are not the formula")
         got = reps.optimizer_state()
@@ -107,7 +99,7 @@ class RecipeChecks(EngineFixtures):
         data = steps_data(RESNET, 7, (22, 23))
         want, _ = reference.recipe_steps(RESNET, RESNET.init(0), optimizer, data, RATES[:2],
                                          shard_sizes(7, k))
-        reps = self._run(self.build(engine, RESNET, k, optimizer=optimizer, dtype="float64"), data, RATES[:2], k)
+        reps = self._run(self.make(engine, RESNET, k, optimizer=optimizer, dtype="float64"), data, RATES[:2], k)
         assert_states_close(reps.state(), want, rtol=FLOAT64_RTOL,
                             promise=f"optimizers: two float64 ResNet-18 updates with momentum and weight decay on "
                                     f"{k} device(s) are not the formula (is every parameter decayed?)")
@@ -120,7 +112,7 @@ class RecipeChecks(EngineFixtures):
         halfway, opt_state = reference.recipe_steps(LENET, LENET.init(0), optimizer, data[:2], RATES[:2])
         want, _ = reference.recipe_steps(LENET, halfway, optimizer, data[2:], RATES[2:], opt_state=opt_state)
         k = max(self.counts(engine))
-        reps = self.build(engine, LENET, k, optimizer=optimizer,
+        reps = self.make(engine, LENET, k, optimizer=optimizer,
                           state={n: v.astype(np.float32) for n, v in halfway.items()})
         reps.load_optimizer_state({n: v if n == STEP else v.astype(np.float32) for n, v in opt_state.items()})
         self._run(reps, data[2:], RATES[2:], k)
@@ -134,8 +126,8 @@ class RecipeChecks(EngineFixtures):
         optimizer = Optimizer(momentum=0.9) if "optimizers" in engine.capabilities else Optimizer()
         data = steps_data()[:2]
         k = max(self.counts(engine))
-        whole = self._run(self.build(engine, LENET, k, optimizer=optimizer), data, RATES, k)
-        reps = self.build(engine, LENET, k, optimizer=optimizer, accumulate=3)
+        whole = self._run(self.make(engine, LENET, k, optimizer=optimizer), data, RATES, k)
+        reps = self.make(engine, LENET, k, optimizer=optimizer, accumulate=3)
         for (x, y), lr in zip(data, RATES):
             parts = [(0, 4), (4, 8), (8, 11)]
             for j, (a, b) in enumerate(parts):
@@ -154,7 +146,7 @@ class RecipeChecks(EngineFixtures):
         optimizer = Optimizer(momentum=0.9) if "optimizers" in engine.capabilities else Optimizer()
         data = steps_data()[:1]
         k = max(self.counts(engine))
-        reps = self._run(self.build(engine, LENET, k, optimizer=optimizer, precision="bf16"), data, RATES, k)
+        reps = self._run(self.make(engine, LENET, k, optimizer=optimizer, precision="bf16"), data, RATES, k)
         got, start = reps.state(), LENET.init(0)
         assert all(v.dtype == np.float32 for v in got.values()), "bf16: master weights are not float32"
         want, _ = reference.recipe_steps(LENET, start, optimizer, data, RATES)
