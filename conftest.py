@@ -4,6 +4,16 @@ MXNet reads OMP_NUM_THREADS only when it loads and takes half the cores without 
 variable themselves (tests/test_side_effects.py), so the test program does, as `multidev` does.
 """
 
+import atexit
+import os
+import shutil
+import tempfile
+
 from multidev.cli import apply_threads
 
 apply_threads(None)
+
+# Compiled programs go to a folder of this test run (workers and subprocesses inherit it), not the user's cache.
+if not os.environ.get("MULTIDEV_COMPILE_CACHE"):
+    os.environ["MULTIDEV_COMPILE_CACHE"] = tempfile.mkdtemp(prefix="multidev-test-compile-cache-")
+    atexit.register(shutil.rmtree, os.environ["MULTIDEV_COMPILE_CACHE"], True)

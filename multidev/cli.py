@@ -90,6 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--nnodes", type=int, default=1, help="machines in the job (run the same command on each)")
     t.add_argument("--node-rank", type=int, default=0, help="this machine's number, 0 to nnodes - 1")
     t.add_argument("--master", default=DEFAULT_MASTER, help="HOST:PORT where the workers meet (machine 0)")
+    t.add_argument("--no-compile-cache", action="store_true",
+                   help="compile afresh: no persistent compilation cache (JAX; MULTIDEV_COMPILE_CACHE=off)")
     t.add_argument("--no-prefetch", action="store_true",
                    help="place each minibatch when its step starts, not during the step before")
     recipe.add_arguments(t)
@@ -170,7 +172,8 @@ def _train(args: argparse.Namespace) -> int:
         return 0  # rank 0 reports for the whole job
     if not launching:  # a launched job's rank 0 has printed these lines itself
         if result.compile_seconds:
-            print(f"compile: {result.compile_seconds:.1f} sec (once, not in the epoch times)")
+            cached = f"; {result.compile_cached} program(s) from the persistent cache" if result.compile_cached else ""
+            print(f"compile: {result.compile_seconds:.1f} sec (once, not in the epoch times{cached})")
         print(result.summary())
     if args.plot:
         plot_accuracy([result], args.plot)
@@ -203,6 +206,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args = _parser().parse_args(argv)
         apply_threads(getattr(args, "threads", None), share=getattr(args, "processes", 1))
+        if getattr(args, "no_compile_cache", False):  # read by engines when a run starts; workers inherit it
+            os.environ["MULTIDEV_COMPILE_CACHE"] = "off"
         commands = {"train": _train, "compare": _compare, "backends": lambda _: _backends()}
         return commands[args.command](args)
     except MultidevError as exc:

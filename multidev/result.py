@@ -34,6 +34,8 @@ class Result:
     batchnorm: str
     test_total: int
     compile_seconds: float = 0.0
+    #: compiled programs an engine loaded from a persistent cache instead of compiling (JAX)
+    compile_cached: int = 0
     epochs: list[EpochRecord] = field(default_factory=list)
     version: str = ""
     #: optimizer, schedule, accumulation and precision (``multidev.recipe.Recipe.settings``)

@@ -330,4 +330,5 @@ def _run(engine: Backend, job: Job, *, gpus: object, devices: DeviceSpec, model:
             if job.all_sum(np.array([float(bool(stop))]))[0] and epoch < epochs:
                 raise Interrupted(epoch + 1, 0, None if checkpoint is None else str(checkpoint), stop.signum)
     result.compile_seconds = replicas.compile_seconds
+    result.compile_cached = int(getattr(replicas, "compile_cached", 0))
     return result

@@ -8,7 +8,7 @@ import numpy as np
 
 from multidev.engine import Launch, ProcessGroup, Setup, State
 
-from . import distributed
+from . import compile_cache, distributed
 from .devices import configure_cpu_devices, cpu_devices, cpu_devices_note, gpu_devices
 from .parallel import JaxReplicas
 
@@ -23,7 +23,7 @@ class JaxBackend:
 
     def settings(self) -> dict[str, str]:
         configure_cpu_devices()
-        return {"cpu devices": cpu_devices_note(),
+        return {"cpu devices": cpu_devices_note(), "compilation cache": compile_cache.note(),
                 "float64": "JAX's 64-bit mode is switched on for float64 runs only, and off again after each call"}
 
     def gpu_count(self) -> int:

@@ -13,21 +13,29 @@ from typing import Any, Callable, Hashable
 
 import jax
 
+from . import compile_cache
+
 _CACHE: dict[Hashable, jax.stages.Compiled] = {}
 
 
 class Compiler:
-    """Hands out compiled steps; ``seconds`` is what this owner spent compiling (tracing included)."""
+    """Hands out compiled steps; ``seconds`` is what this owner spent compiling (tracing included).
+
+    ``cached`` counts the executables that came from JAX's persistent cache
+    (see :mod:`.compile_cache`) rather than from XLA.
+    """
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.cached = 0
 
     def get(self, key: Hashable, jitted: Callable[..., Any], *args: Any) -> jax.stages.Compiled:
         compiled = _CACHE.get(key)
         if compiled is None:
-            start = time.perf_counter()
+            start, hits = time.perf_counter(), compile_cache.hits()
             compiled = jitted.lower(*args).compile()  # type: ignore[attr-defined]
             self.seconds += time.perf_counter() - start
+            self.cached += compile_cache.hits() > hits
             _CACHE[key] = compiled
         return compiled
 

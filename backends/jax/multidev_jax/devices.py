@@ -22,6 +22,8 @@ from jax.sharding import Mesh
 
 from multidev.engine import Device, MultidevError
 
+from . import compile_cache
+
 ENV = "MULTIDEV_JAX_CPU_DEVICES"
 DEFAULT_CPU_DEVICES = 8
 AXIS = "data"  # the mesh axis the batch is split along
@@ -44,7 +46,8 @@ _applied: dict[str, int] = {}  # "set": the count this engine gave JAX; "late": 
 
 
 def configure_cpu_devices() -> None:
-    """Set JAX's CPU device count if its backend has not started; a no-op afterwards."""
+    """Set JAX's CPU device count if its backend has not started (and its compilation cache); a no-op afterwards."""
+    compile_cache.configure()
     if _applied:
         return
     wanted = requested_cpu_devices()

@@ -92,6 +92,11 @@ class JaxReplicas:
     def compile_seconds(self) -> float:
         return self._compiler.seconds
 
+    @property
+    def compile_cached(self) -> int:
+        """Executables loaded from JAX's persistent compilation cache instead of compiled."""
+        return self._compiler.cached
+
     def _compiled(self, name: str, batch: Batch, *args: Any) -> jax.stages.Compiled:
         key: Hashable = (name, *self._recipe, batch.length, self.dtype)
         return self._compiler.get(key, getattr(self._steps, name), *args)

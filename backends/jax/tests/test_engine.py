@@ -128,3 +128,31 @@ def test_padding_never_reaches_the_host(engine):
     shards = reps.shards(reps.place(multidev.cut(x, y, shard_sizes(3, 4))))
     assert [len(s) for s in shards] == [1, 1, 1, 0]
     assert np.array_equal(np.concatenate(shards), x)
+
+
+# Persistent compilation cache ------------------------------------------------
+def _train_json(tmp_path, name: str, cache: str) -> dict:
+    import json
+
+    out = tmp_path / f"{name}.json"
+    env = {k: v for k, v in os.environ.items() if k != "MULTIDEV_COMPILE_CACHE"}
+    subprocess.run([sys.executable, "-m", "multidev", "train", "--backend", "jax", "--model", "lenet", "--dataset",
+                    "synthetic", "--epochs", "1", "--no-progress", "--json", str(out)], check=True,
+                   capture_output=True, text=True, timeout=300, env={**env, "MULTIDEV_COMPILE_CACHE": cache})
+    return json.loads(out.read_text())
+
+
+def test_a_second_run_loads_its_programs_from_the_persistent_cache(tmp_path):
+    cache = str(tmp_path / "cache")
+    first, second = (_train_json(tmp_path, name, cache) for name in ("first", "second"))
+    assert first["compile_cached"] == 0
+    assert second["compile_cached"] >= 2, second  # the train and evaluation steps at least
+    assert second["compile_seconds"] < first["compile_seconds"], (first["compile_seconds"], second["compile_seconds"])
+    assert second["epochs"][0]["train_acc"] == first["epochs"][0]["train_acc"]  # the same programs' answers
+    folders = list((tmp_path / "cache").iterdir())
+    assert len(folders) == 1, folders  # one folder per CPU kind
+
+
+def test_the_persistent_cache_can_be_switched_off(tmp_path):
+    run = _train_json(tmp_path, "off", "off")
+    assert run["compile_cached"] == 0 and run["compile_seconds"] > 0

@@ -1,0 +1,87 @@
+"""JAX's persistent compilation cache, on by default in a per-user folder: a second identical run skips XLA.
+
+Compiling ResNet-18's steps takes 10-40 s here; with the cache a later run
+of the same job loads them instead. JAX's cache key holds the host CPU's
+feature list (its CPU topology), so an executable built on one CPU is never
+loaded on another; the folder is also named after the CPU, so machines that
+share a home folder keep apart entries. Set ``MULTIDEV_COMPILE_CACHE=off``
+(or ``multidev train --no-compile-cache``) to compile every run afresh, or to
+a folder to keep the cache there. A folder the user gave JAX itself
+(``jax_compilation_cache_dir``) is kept.
+
+Like the CPU device count, it is applied on the engine's first call of a
+run, never at import: JAX decides once, at its first compilation, whether a
+cache is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+from pathlib import Path
+
+import jax
+
+ENV = "MULTIDEV_COMPILE_CACHE"
+OFF = ("0", "off", "false", "no")
+_HIT = "/jax/compilation_cache/cache_hits"
+_hits = [0]
+_note: list[str] = []
+
+
+def _count(event: str, **_: object) -> None:
+    if event == _HIT:
+        _hits[0] += 1
+
+
+def hits() -> int:
+    """Executables this process loaded from the persistent cache so far."""
+    return _hits[0]
+
+
+def _cpu_tag() -> str:
+    """This CPU's vendor, model and feature flags, hashed: entries of other CPUs live in other folders."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        keep = [ln for ln in lines if ln.split(":")[0].strip() in ("vendor_id", "model name", "flags", "Features")]
+        text = "\n".join(dict.fromkeys(keep))
+    except OSError:
+        text = platform.processor()
+    return f"{platform.machine()}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+def default_folder() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "multidev" / "jax-compile"
+
+
+def configure() -> None:
+    """Point JAX at the cache folder (or switch the cache off) once per process, before anything compiles."""
+    if _note:
+        return
+    value = os.environ.get(ENV, "").strip()
+    if value.lower() in OFF:
+        jax.config.update("jax_enable_compilation_cache", False)
+        _note.append(f"off ({ENV}={value})")
+        return
+    if jax.config.jax_compilation_cache_dir and not value:
+        _note.append(f"{jax.config.jax_compilation_cache_dir} (JAX's own setting, kept)")
+        return
+    folder = Path(value or default_folder()) / _cpu_tag()
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)  # executables are code: the user's alone
+    except OSError as exc:
+        _note.append(f"off: cannot create {folder} ({exc.strerror}); set {ENV} to a writable folder")
+        return
+    jax.monitoring.register_event_listener(_count)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # JAX skips compiles under 1 s
+    _note.append(f"{folder} ({ENV}=off turns it off; only rank 0 of a job writes, so other ranks compile)")
+
+
+def note() -> str:
+    """Where the cache lives, or why there is none: a line for ``multidev backends``."""
+    configure()
+    return _note[0]
