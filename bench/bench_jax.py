@@ -10,6 +10,13 @@ the host, pads it and reads the loss back, as the training loop needs. The
 ratio is engine samples/s over hand-written samples/s (1.0: no overhead).
 Both use the engine's convolution precision (full float32: no TF32 on GPUs).
 
+With Keras 3 installed (``pip install -c constraints.txt -e "./backends/jax[keras]"``)
+the same run also times Keras' own data parallelism on the same JAX: the
+same ResNet-18 (channels last, BatchNorm momentum 0.9, eps 1e-5), SGD, batch
+and devices, through ``keras.distribution.DataParallel`` and
+``train_on_batch`` (which reads its loss back every step, as the engine
+does); without Keras that column is skipped with the reason.
+
     python bench/bench_jax.py                      # ~2 minutes on 2 CPU cores
     python bench/bench_jax.py --size 32 --batch 256 --steps 20 --devices 1,2,4
 """
@@ -57,13 +64,18 @@ def main() -> None:
     y = rng.integers(0, 10, args.batch).astype(np.int64)
     print(f"ResNet-18, {args.size}x{args.size}x1, batch {args.batch}, {args.warmup} warm-up + {args.steps} timed "
           f"steps, engine batchnorm={args.batchnorm}")
-    print(f"{'devices':>7} {'engine samples/s':>17} {'hand-written':>13} {'ratio':>6} "
-          f"{'engine compile s':>17} {'hand compile s':>15}")
+    keras_missing = keras_absent()
+    if keras_missing:
+        print(f"Keras 3: skipped ({keras_missing})")
+    print(f"{'devices':>7} {'engine samples/s':>17} {'hand-written':>13} {'ratio':>6} {'keras':>7} "
+          f"{'engine/keras':>12} {'engine compile s':>17} {'hand compile s':>15} {'keras first step s':>19}")
     for k in counts:
         eng_rate, eng_compile = time_engine(engine, args, k, x, y)
         ref_rate, ref_compile = time_handwritten(args, k, x, y)
-        print(f"{k:>7} {eng_rate:>17.1f} {ref_rate:>13.1f} {eng_rate / ref_rate:>6.2f} "
-              f"{eng_compile:>17.1f} {ref_compile:>15.1f}", flush=True)
+        ker_rate, ker_first = (float("nan"), float("nan")) if keras_missing else time_keras(args, k, x, y)
+        print(f"{k:>7} {eng_rate:>17.1f} {ref_rate:>13.1f} {eng_rate / ref_rate:>6.2f} {ker_rate:>7.1f} "
+              f"{eng_rate / ker_rate:>12.2f} {eng_compile:>17.1f} {ref_compile:>15.1f} {ker_first:>19.1f}",
+              flush=True)
 
 
 def time_engine(engine, args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -153,6 +165,59 @@ def time_handwritten(args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float,
 
     run(args.warmup)
     return args.steps * len(x) / run(args.steps), compile_seconds
+
+
+def keras_absent() -> str:
+    """Why Keras 3 on JAX cannot be timed here ('' when it can)."""
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    try:
+        import keras
+    except ImportError:
+        return 'Keras is not installed: pip install -e "./backends/jax[keras]"'
+    if not keras.__version__.startswith("3.") or keras.backend.backend() != "jax":
+        return f"Keras {keras.__version__} on {keras.backend.backend()}: need Keras 3 on JAX (KERAS_BACKEND=jax)"
+    return ""
+
+
+def time_keras(args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(samples/s, seconds to the first finished step) of Keras 3's DataParallel on the same job."""
+    import jax
+    import keras
+    from keras import layers
+
+    platform = "gpu" if args.gpu else "cpu"
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices(platform)[:k]))
+    keras.utils.set_random_seed(0)
+
+    def norm(z):
+        return layers.BatchNormalization(momentum=0.9, epsilon=1e-5)(z)
+
+    def block(z, width: int, stride: int):
+        h = layers.Conv2D(width, 3, stride, padding="same", use_bias=False)(z)
+        h = layers.ReLU()(norm(h))
+        h = norm(layers.Conv2D(width, 3, padding="same", use_bias=False)(h))
+        if stride != 1 or z.shape[-1] != width:
+            z = layers.Conv2D(width, 1, stride)(z)
+        return layers.ReLU()(layers.Add()([h, z]))
+
+    inputs = keras.Input((args.size, args.size, 1))
+    z = layers.ReLU()(norm(layers.Conv2D(64, 3, padding="same", use_bias=False)(inputs)))
+    for stage, width in enumerate((64, 128, 256, 512)):
+        z = block(block(z, width, 2 if stage else 1), width, 1)
+    model = keras.Model(inputs, layers.Dense(10)(layers.GlobalAveragePooling2D()(z)))
+    model.compile(optimizer=keras.optimizers.SGD(args.lr),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    start = time.perf_counter()
+    model.train_on_batch(nhwc, y)  # compiles, then runs the first step
+    first = time.perf_counter() - start
+    for _ in range(args.warmup - 1):
+        model.train_on_batch(nhwc, y)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        model.train_on_batch(nhwc, y)
+    keras.distribution.set_distribution(None)
+    return args.steps * len(x) / (time.perf_counter() - start), first
 
 
 if __name__ == "__main__":
