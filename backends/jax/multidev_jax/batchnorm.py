@@ -75,7 +75,9 @@ class BatchNorm(nn.Module):
             # running = (1 - m) * running + m * batch statistic, written as torch's lerp
             running_mean.value = running_mean.value + BN_MOMENTUM * (lax.stop_gradient(batch_mean) - running_mean.value)
             running_var.value = running_var.value + BN_MOMENTUM * (lax.stop_gradient(batch_var) - running_var.value)
+            # an empty shard's variance is 0: normalise its padding with 1 instead, so that rsqrt(eps) cannot blow
+            # it up layer after layer. Padding rows stay finite and are never read (masked statistics and loss);
+            # a select over the whole output instead cost a third of the step's compile time (measured)
+            var = jnp.where(count > 0, var, 1.0)
         out = (x - mean) * (gamma * lax.rsqrt(var + BN_EPS)) + beta
-        if mask is not None:  # padding rows leave as zeros: an empty shard (variance 0) cannot blow them up
-            out = jnp.where(mask.reshape((-1,) + (1,) * (x.ndim - 1)), out, 0.0)
         return out.astype(compute)
