@@ -88,7 +88,7 @@ def _normalize_bwd(axis, sync, residuals, cotangents):
     """dx = gamma * rstd / n * (n * g - sum g - x_hat * sum g x_hat), sums over the real rows (of the batch with sync).
 
     gamma's and beta's cotangents are this shard's sums: they are marked as
-    varying per device (:func:`_varying`), so autodiff adds them over the mesh.
+    varying per device (:func:`varying`), so autodiff adds them over the mesh.
     Padding rows get a zero gradient: they enter no statistic.
     """
     xhat, rstd, weight, gamma, count = residuals
@@ -102,7 +102,7 @@ def _normalize_bwd(axis, sync, residuals, cotangents):
 normalize.defvjp(_normalize_fwd, _normalize_bwd)
 
 
-def _varying(value: jax.Array, axis: str) -> jax.Array:
+def varying(value: jax.Array, axis: str) -> jax.Array:
     """``value`` (the same on every device) typed as differing per device: its cotangent is then psum'd."""
     if hasattr(lax, "pcast"):  # newer JAX
         return lax.pcast(value, axis, to="varying")
@@ -138,7 +138,7 @@ class BatchNorm(nn.Module):
         if mask is None:
             out = (x - running_mean.value) * (gamma * lax.rsqrt(running_var.value + BN_EPS)) + beta
             return out.astype(compute)
-        out, stats = normalize(x, mask.astype(x.dtype), _varying(gamma, self.axis), _varying(beta, self.axis),
+        out, stats = normalize(x, mask.astype(x.dtype), varying(gamma, self.axis), varying(beta, self.axis),
                                self.axis, self.sync)
         mean, var, count = (lax.stop_gradient(s) for s in stats)
         if not self.sync:  # sync statistics are already the same on every device

@@ -156,3 +156,53 @@ def test_a_second_run_loads_its_programs_from_the_persistent_cache(tmp_path):
 def test_the_persistent_cache_can_be_switched_off(tmp_path):
     run = _train_json(tmp_path, "off", "off")
     assert run["compile_cached"] == 0 and run["compile_seconds"] > 0
+
+
+# BatchNorm's written-out backward pass -----------------------------------------
+@pytest.mark.parametrize("sync", [True, False])
+def test_batchnorm_gradient_is_autodiff_of_the_plain_formula(engine, sync):
+    """normalize's custom backward against jax.grad of BatchNorm written plainly, in float64, padded uneven shards."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+    from multidev_jax.batchnorm import normalize, varying
+    from multidev_jax.devices import AXIS
+    from multidev_jax.parallel import x64
+
+    engine.max_cpu_devices()
+    sizes, length, eps = (3, 1), 4, 1e-5
+    rng = np.random.default_rng(0)
+    real = [rng.normal(1.0, 2.0, (n, 3, 3, 5)) for n in sizes]
+    weights = [rng.normal(size=(n, 3, 3, 5)) for n in sizes]  # the loss: sum(out * weight) over the real rows
+    gamma, beta = rng.normal(size=5), rng.normal(size=5)
+
+    def pad(parts, fill=7.0):  # padding rows hold junk, which must not matter
+        return np.concatenate([np.concatenate([p, np.full((length - len(p), *p.shape[1:]), fill)]) for p in parts])
+
+    def plain(parts, gamma, beta):
+        groups = [jnp.concatenate(parts)] if sync else parts
+        total = 0.0
+        for group, w in zip(groups, [jnp.concatenate(weights)] if sync else weights):
+            mean, var = group.mean(axis=(0, 1, 2)), group.var(axis=(0, 1, 2))
+            total += jnp.sum(((group - mean) / jnp.sqrt(var + eps) * gamma + beta) * w)
+        return total
+
+    with x64():
+        mesh = Mesh(np.array(jax.devices("cpu")[:2]), (AXIS,))
+        mask = pad([np.ones(n) for n in sizes], fill=0.0)
+
+        def shard_loss(x, mask, w, gamma, beta):
+            out, _ = normalize(x, mask, varying(gamma, AXIS), varying(beta, AXIS), AXIS, sync)
+            return jax.lax.psum(jnp.sum(out * w), AXIS)
+
+        loss = jax.shard_map(shard_loss, mesh=mesh, in_specs=(P(AXIS), P(AXIS), P(AXIS), P(), P()), out_specs=P())
+        got = jax.grad(loss, argnums=(0, 3, 4))(pad(real), mask, pad(weights, fill=0.0),
+                                                gamma, beta)
+        want = jax.grad(plain, argnums=(0, 1, 2))([jnp.asarray(p) for p in real], gamma, beta)
+    dx = np.asarray(got[0]).reshape(2, length, 3, 3, 5)
+    for i, n in enumerate(sizes):
+        np.testing.assert_allclose(dx[i, :n], want[0][i], rtol=1e-9, atol=1e-12)
+        assert not dx[i, n:].any(), "padding rows must get no gradient"
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-9)
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-9)
