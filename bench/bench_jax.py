@@ -50,6 +50,7 @@ def main() -> None:
     args = parse()
     counts = [int(c) for c in args.devices.split(",")]
     os.environ.setdefault("MULTIDEV_JAX_CPU_DEVICES", str(max(8, *counts)))
+    os.environ.setdefault("MULTIDEV_COMPILE_CACHE", "off")  # compile columns: cold compiles, for all three alike
     from multidev import load_backend
 
     engine = load_backend("jax")

@@ -1,0 +1,107 @@
+"""Where a JAX engine step's time goes: XLA:CPU's operations by kind, from ``jax.profiler``.
+
+Traces a few ResNet-18 training steps of the engine (host tracer level 3, so
+XLA:CPU's thunks appear) and prints the time per step of each kind of HLO
+operation (``convolution``, ``transpose_copy_fusion``, ``reduce-window``,
+...), largest first. This is how issue 14 found BatchNorm's sums running as
+reduce-windows (47% of a step) and the weight gradients' layout transposes.
+Events are per operation as XLA:CPU dispatches it; work it runs on its thread
+pool can outlast the event, so the kinds add up to less than the step.
+With ``--dump FOLDER`` XLA also writes the optimised HLO there (look for
+``jit_train*after_optimizations.txt``) to see what an operation computes.
+
+    python bench/profile_jax.py                  # 1 device, batch 64, 28x28
+    python bench/profile_jax.py --devices 2 --batchnorm local --top 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import tempfile
+import time
+
+import numpy as np
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--devices", type=int, default=1)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--size", type=int, default=28, help="image height and width (synthetic, 1 channel)")
+    p.add_argument("--batchnorm", default="sync", choices=("sync", "local"))
+    p.add_argument("--steps", type=int, default=2, help="traced steps, after 2 untraced ones")
+    p.add_argument("--top", type=int, default=15, help="kinds of operation to print")
+    p.add_argument("--dump", help="also write XLA's optimised HLO to this folder")
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse()
+    if args.dump:
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={args.dump} --xla_dump_hlo_as_text"
+    os.environ.setdefault("MULTIDEV_JAX_CPU_DEVICES", str(max(8, args.devices)))
+    import multidev
+
+    engine = multidev.load_backend("jax")
+    engine.max_cpu_devices()
+    import jax
+
+    spec = multidev.ModelSpec("resnet18", (1, args.size, args.size), 10)
+    devices = multidev.resolve_devices(devices=args.devices, max_cpu=engine.max_cpu_devices())
+    reps = multidev.replicate(engine, multidev.Setup(spec, devices, batchnorm=args.batchnorm), spec.init(0))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(args.batch, *spec.in_shape)).astype(np.float32)
+    y = rng.integers(0, 10, args.batch)
+    sizes = multidev.shard_sizes(args.batch, args.devices)
+
+    def step() -> None:
+        reps.train_step(reps.place(multidev.cut(x, y, sizes)), 0.01)
+
+    for _ in range(2):
+        step()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    seconds = (time.perf_counter() - start) / args.steps
+    with tempfile.TemporaryDirectory() as folder:
+        options = jax.profiler.ProfileOptions()
+        options.host_tracer_level = 3  # XLA:CPU's per-operation events
+        jax.profiler.start_trace(folder, create_perfetto_trace=True, profiler_options=options)
+        for _ in range(args.steps):
+            step()
+        jax.profiler.stop_trace()
+        trace = json.load(gzip.open(glob.glob(f"{folder}/**/*.trace.json.gz", recursive=True)[0]))
+    report(trace["traceEvents"] if isinstance(trace, dict) else trace, args, seconds)
+
+
+def kind(name: str) -> str:
+    """An HLO instruction's kind: its name without the numbers XLA appends (``convolution.12.clone``)."""
+    return re.sub(r"(\.clone)?$", "", re.sub(r"[._]\d+", "", name))
+
+
+def report(events: list[dict], args: argparse.Namespace, seconds: float) -> None:
+    per_kind: collections.Counter = collections.Counter()
+    calls: collections.Counter = collections.Counter()
+    for event in events:
+        name = event.get("name", "")
+        # XLA:CPU's operations; not Python frames ($...), the executor, parallel-task wrappers or listeners
+        if event.get("ph") != "X" or name.startswith(("$", "call", "end:")) or any(c in name for c in ":( "):
+            continue
+        per_kind[kind(name)] += event.get("dur", 0) / 1e3 / args.steps
+        calls[kind(name)] += 1
+    print(f"ResNet-18 {args.size}x{args.size}x1, batch {args.batch}, {args.devices} device(s), "
+          f"batchnorm {args.batchnorm}: {seconds:.3f} s a step untraced; XLA operations by kind, ms a step:")
+    for name, ms in per_kind.most_common(args.top):
+        print(f"{ms:9.1f}  {calls[name] // args.steps:4d} x  {name}")
+    print(f"{sum(per_kind.values()):9.1f}  in all. Operations that XLA:CPU hands to its thread pool (convolutions, "
+          "matrix products) can end after their event does: the rest of the step is theirs and the executor's")
+
+
+if __name__ == "__main__":
+    main()
