@@ -87,26 +87,22 @@ def _normalize_fwd(x, weight, gamma, beta, axis, sync):
 def _normalize_bwd(axis, sync, residuals, cotangents):
     """dx = gamma * rstd / n * (n * g - sum g - x_hat * sum g x_hat), sums over the real rows (of the batch with sync).
 
-    gamma's and beta's cotangents are this shard's sums: they are marked as
-    varying per device (:func:`varying`), so autodiff adds them over the mesh.
+    gamma and beta are the same on every device, so their cotangents are the
+    sums over the whole mesh (psum): with ``sync`` the very sums dx needs.
     Padding rows get a zero gradient: they enter no statistic.
     """
     xhat, rstd, weight, gamma, count = residuals
     g = cotangents[0]
     dbeta, dgamma = channel_sum(g, weight), channel_sum(g * xhat, weight)
+    mesh_dbeta, mesh_dgamma = lax.psum((dbeta, dgamma), axis)
+    if sync:
+        dbeta, dgamma = mesh_dbeta, mesh_dgamma
     n = jnp.maximum(count, 1.0)
-    dx = (n * g - _whole(dbeta, axis, sync) - xhat * _whole(dgamma, axis, sync)) * (gamma * rstd / n)
-    return dx * _rows(weight, g), jnp.zeros_like(weight), dgamma, dbeta
+    dx = (n * g - dbeta - xhat * dgamma) * (gamma * rstd / n)
+    return dx * _rows(weight, g), jnp.zeros_like(weight), mesh_dgamma, mesh_dbeta
 
 
 normalize.defvjp(_normalize_fwd, _normalize_bwd)
-
-
-def varying(value: jax.Array, axis: str) -> jax.Array:
-    """``value`` (the same on every device) typed as differing per device: its cotangent is then psum'd."""
-    if hasattr(lax, "pcast"):  # newer JAX
-        return lax.pcast(value, axis, to="varying")
-    return lax.pvary(value, axis)
 
 
 def device_average(value: jax.Array, count: jax.Array, axis: str) -> jax.Array:
@@ -138,8 +134,7 @@ class BatchNorm(nn.Module):
         if mask is None:
             out = (x - running_mean.value) * (gamma * lax.rsqrt(running_var.value + BN_EPS)) + beta
             return out.astype(compute)
-        out, stats = normalize(x, mask.astype(x.dtype), varying(gamma, self.axis), varying(beta, self.axis),
-                               self.axis, self.sync)
+        out, stats = normalize(x, mask.astype(x.dtype), gamma, beta, self.axis, self.sync)
         mean, var, count = (lax.stop_gradient(s) for s in stats)
         if not self.sync:  # sync statistics are already the same on every device
             mean, var = device_average(mean, count, self.axis), device_average(var, count, self.axis)
