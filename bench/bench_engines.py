@@ -126,7 +126,8 @@ def main() -> None:
                          "vs 1 device": got["samples_per_sec"] / one if one else "",
                          "% of fp32 peak": 100 * got["samples_per_sec"] * training_flops(spec) / 1e9 / peak,
                          "first step s": min(cold) if cold else got["first_step_s"],
-                         "cached first step s": min(warm) if warm else "", "compile s": min(compiled) if compiled else got["compile_s"],
+                         "cached first step s": min(warm) if warm else "",
+                         "compile s": min(compiled) if compiled else got["compile_s"],
                          "threads": got["threads"]})
     print(f"# {args.model} {args.size}x{args.size}, batch {args.batch}, fp32; {platform.machine()}, "
           f"{os.cpu_count()} cores; matmul peak {peak:.0f} GFLOP/s ({source}); "
