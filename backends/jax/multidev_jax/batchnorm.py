@@ -58,14 +58,15 @@ def _rows(weight: jax.Array, x: jax.Array) -> jax.Array:
 def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, axis: str, sync: bool):
     per_row = x.size // (x.shape[0] * x.shape[-1]) if x.shape[0] else 1
     count = _whole(jnp.sum(weight) * per_row, axis, sync)
-    mean = _whole(channel_sum(x, weight), axis, sync) / jnp.maximum(count, 1.0)
+    n = jnp.maximum(count, 1.0)
+    mean = _whole(channel_sum(x, weight), axis, sync) / n
     centred = x - mean
-    var = _whole(channel_sum(centred * centred, weight), axis, sync) / jnp.maximum(count, 1.0)  # two passes
+    var = _whole(channel_sum(centred * centred, weight), axis, sync) / n  # two passes
     # an empty shard's variance is 0: normalise its padding with 1 instead, so that rsqrt(eps) cannot blow it up
     # layer after layer. Padding rows stay finite and are never read (the statistics and the loss skip them)
     rstd = lax.rsqrt(jnp.where(count > 0, var, 1.0) + BN_EPS)
     xhat = centred * rstd
-    return xhat * gamma + beta, (mean, var, count), (xhat, rstd)
+    return xhat * gamma + beta, (mean, var, count), (xhat, rstd, n)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(4, 5))
@@ -80,8 +81,8 @@ def normalize(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array
 
 
 def _normalize_fwd(x, weight, gamma, beta, axis, sync):
-    out, stats, (xhat, rstd) = _forward(x, weight, gamma, beta, axis, sync)
-    return (out, stats), (xhat, rstd, weight, gamma, stats[2])
+    out, stats, (xhat, rstd, n) = _forward(x, weight, gamma, beta, axis, sync)
+    return (out, stats), (xhat, rstd, n, weight, gamma)
 
 
 def _normalize_bwd(axis, sync, residuals, cotangents):
@@ -91,13 +92,12 @@ def _normalize_bwd(axis, sync, residuals, cotangents):
     sums over the whole mesh (psum): with ``sync`` the very sums dx needs.
     Padding rows get a zero gradient: they enter no statistic.
     """
-    xhat, rstd, weight, gamma, count = residuals
+    xhat, rstd, n, weight, gamma = residuals
     g = cotangents[0]
     dbeta, dgamma = channel_sum(g, weight), channel_sum(g * xhat, weight)
     mesh_dbeta, mesh_dgamma = lax.psum((dbeta, dgamma), axis)
     if sync:
         dbeta, dgamma = mesh_dbeta, mesh_dgamma
-    n = jnp.maximum(count, 1.0)
     dx = (n * g - dbeta - xhat * dgamma) * (gamma * rstd / n)
     return dx * _rows(weight, g), jnp.zeros_like(weight), mesh_dgamma, mesh_dbeta
 

@@ -8,7 +8,8 @@ shard weighs n_i / B.
 ``jax.grad`` of that loss with respect to the replicated parameters makes
 JAX emit the cross-device sum of the shards' gradients (the transpose of a
 replicated input is a psum): the AllReduce of contract: Loss, gradients and the update, with no hand-written
-communication. The optimizer's update then runs replicated, identically on every device.
+communication. BatchNorm, whose backward pass is written out, sums its scale's and shift's gradients over the
+mesh itself (batchnorm.py). The optimizer's update then runs replicated, identically on every device.
 """
 
 from __future__ import annotations
