@@ -62,14 +62,12 @@ class Schedule:
         """One line when the warm-up does not leave the run an update at the full rate."""
         total, warm = steps_per_epoch * epochs, self.warmup(steps_per_epoch)
         if warm >= total:
-            raise MultidevError(f"the warm-up ({warm} steps) is as long as the run or longer ({total} steps of "
-                                f"{epochs} epochs): shorten the warm-up or raise --epochs")
+            raise _too_long(f"{warm} steps", f"{total} steps of {epochs} epochs")
 
     def check_epochs(self, epochs: int) -> None:
         """The check a launcher can make before it knows the data set: a warm-up in epochs against the epochs."""
         if self.warmup_epochs >= epochs:
-            raise MultidevError(f"the warm-up ({self.warmup_epochs:g} epochs) is as long as the run or longer "
-                                f"({epochs} epochs): shorten the warm-up or raise --epochs")
+            raise _too_long(f"{self.warmup_epochs:g} epochs", f"{epochs} epochs")
 
     def rate(self, lr: float, step: int, steps_per_epoch: int, epochs: int) -> float:
         """The learning rate of update ``step`` (1-based, counted over the whole run)."""
@@ -106,3 +104,9 @@ def parse_milestones(text: str | Sequence[int]) -> tuple[int, ...]:
         return tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise MultidevError(f"milestones must be epochs separated by commas, e.g. 5,8; got {text!r}") from None
+
+
+def _too_long(warmup: str, run: str) -> MultidevError:
+    """The one line for a warm-up that leaves no update at the full rate, in steps or in epochs."""
+    return MultidevError(f"the warm-up ({warmup}) is as long as the run or longer ({run}): shorten the warm-up or "
+                         "raise --epochs")
