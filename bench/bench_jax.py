@@ -191,7 +191,7 @@ def keras_absent() -> str:
     try:
         import keras
     except ImportError:
-        return 'Keras is not installed: pip install -e "./backends/jax[keras]"'
+        return 'Keras is not installed: pip install -c constraints.txt -e "./backends/jax[keras]"'
     if not keras.__version__.startswith("3.") or keras.backend.backend() != "jax":
         return f"Keras {keras.__version__} on {keras.backend.backend()}: need Keras 3 on JAX (KERAS_BACKEND=jax)"
     return ""

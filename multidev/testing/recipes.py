@@ -113,7 +113,7 @@ class RecipeChecks(EngineFixtures):
         want, _ = reference.recipe_steps(LENET, halfway, optimizer, data[2:], RATES[2:], opt_state=opt_state)
         k = max(self.counts(engine))
         reps = self.make(engine, LENET, k, optimizer=optimizer,
-                          state={n: v.astype(np.float32) for n, v in halfway.items()})
+                         state={n: v.astype(np.float32) for n, v in halfway.items()})
         reps.load_optimizer_state({n: v if n == STEP else v.astype(np.float32) for n, v in opt_state.items()})
         self._run(reps, data[2:], RATES[2:], k)
         assert_states_close(reps.state(), want, rtol=CROSS_ENGINE_RTOL,

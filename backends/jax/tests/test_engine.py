@@ -197,8 +197,7 @@ def test_batchnorm_gradient_is_autodiff_of_the_plain_formula(engine, sync):
             return jax.lax.psum(jnp.sum(out * w), AXIS)
 
         loss = jax.shard_map(shard_loss, mesh=mesh, in_specs=(P(AXIS), P(AXIS), P(AXIS), P(), P()), out_specs=P())
-        got = jax.grad(loss, argnums=(0, 3, 4))(pad(real), mask, pad(weights, fill=0.0),
-                                                gamma, beta)
+        got = jax.grad(loss, argnums=(0, 3, 4))(pad(real), mask, pad(weights, fill=0.0), gamma, beta)
         want = jax.grad(plain, argnums=(0, 1, 2))([jnp.asarray(p) for p in real], gamma, beta)
     dx = np.asarray(got[0]).reshape(2, length, 3, 3, 5)
     for i, n in enumerate(sizes):
