@@ -9,7 +9,7 @@ import os
 import shutil
 import tempfile
 
-from multidev.cli import apply_threads
+from multidev.processes.threads import apply_threads
 
 apply_threads(None)
 

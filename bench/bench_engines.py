@@ -23,8 +23,8 @@ import os  # noqa: E402
 import platform  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
-import tempfile  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 from datetime import date  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -35,10 +35,10 @@ def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, 
     import statistics
 
     import numpy as np
+    from timing import samples_per_sec
 
     import multidev
-    from multidev.cli import apply_threads
-    from timing import samples_per_sec
+    from multidev.processes.threads import apply_threads
 
     apply_threads()  # as `multidev train` does, before any framework loads (a parent's setting stands)
 
@@ -56,7 +56,7 @@ def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, 
     step()
     rate = statistics.median(samples_per_sec(step, batch, steps) for _ in range(repeats))
     return {"first_step_s": first, "samples_per_sec": rate, "compile_s": reps.compile_seconds,
-            "compile_cached": getattr(reps, "compile_cached", 0), "version": multidev.registry.engine_version(engine),
+            "compile_cached": getattr(reps, "compile_cached", 0), "version": multidev.engines.registry.engine_version(engine),
             "settings": engine.settings(), "threads": os.environ.get("OMP_NUM_THREADS", "")}
 
 
@@ -78,10 +78,11 @@ def main() -> None:
                                 args.repeats)))
         return
 
-    import multidev
     from flops import matmul_peak, training_flops
-    from multidev.cli import apply_threads
     from timing import table
+
+    import multidev
+    from multidev.processes.threads import apply_threads
 
     apply_threads()  # as the multidev command does: the workers inherit every usable core
 

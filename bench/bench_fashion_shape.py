@@ -20,9 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import multidev  # noqa: E402
 from flops import training_flops  # noqa: E402
-from multidev.models import ModelSpec  # noqa: E402
+
+import multidev  # noqa: E402
+from multidev.rules.models import ModelSpec
 
 TARGETS = {"fp32": 5.9, "bf16": 3.0}
 #: dense peak TFLOP/s by GPU name (vendor data sheets; SXM parts): float32 without TF32, bf16 on tensor cores

@@ -57,7 +57,7 @@ def main() -> None:
     engine.max_cpu_devices()  # the run starts: the engine gives JAX its CPU device count before JAX starts
     import jax
 
-    from multidev.registry import engine_version
+    from multidev.engines.registry import engine_version
     print(engine_version(engine), f"| JAX devices: {jax.devices()[0].platform} x{len(jax.devices())}",
           f"| host cores: {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")
     warm_up()
@@ -120,7 +120,9 @@ def time_handwritten(args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float,
     import optax
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
-    from multidev_jax.model import PRECISION  # same arithmetic as the engine: a fair race
+    from multidev_jax.model import (
+        PRECISION,  # same arithmetic as the engine: a fair race
+    )
 
     conv = partial(nn.Conv, precision=PRECISION)
 

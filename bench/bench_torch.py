@@ -22,11 +22,11 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
+from multidev_torch.batchnorm import BatchNorm  # noqa: E402
+from multidev_torch.model import build  # noqa: E402
 from timing import compare, table  # noqa: E402
 
 import multidev  # noqa: E402
-from multidev_torch.batchnorm import BatchNorm  # noqa: E402
-from multidev_torch.model import build  # noqa: E402
 
 
 def plain_torch_model(spec: multidev.ModelSpec) -> nn.Module:

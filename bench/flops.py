@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from multidev.models import ModelSpec, lenet_flat_features, resnet18_blocks
+from multidev.rules.models import ModelSpec, lenet_flat_features, resnet18_blocks
 
 
 def forward_flops(spec: ModelSpec) -> int:

@@ -13,7 +13,8 @@ import argparse
 from pathlib import Path
 
 import multidev
-from multidev.compare import RunSpec, write_report
+from multidev.comparison.report import write_report
+from multidev.comparison.runs import RunSpec
 from multidev.data import fashion_mnist
 
 

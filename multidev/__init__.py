@@ -3,19 +3,23 @@
 Importing multidev imports no framework: engines load when asked for.
 """
 
-from .checkpoint import load as load_checkpoint
-from .checkpoint import save as save_checkpoint
-from .compare import Outcome, RunSpec, compare
-from .devices import Device, resolve_devices
-from .errors import BackendNotInstalled, MultidevError
-from .interrupt import Interrupted
-from .models import MODELS, ModelSpec
-from .protocol import CAPABILITIES, Backend, ProcessGroup, Replicas, Setup, StepStats, replicate
-from .registry import installed as installed_backends
-from .registry import load_backend
-from .result import EpochRecord, Result
-from .shard import Shards, cut, shard_bounds, shard_sizes, split
-from .train import DEFAULTS, evaluate, train
+from multidev.comparison.compare import compare
+from multidev.comparison.runs import Outcome, RunSpec
+from multidev.engines.capabilities import CAPABILITIES
+from multidev.engines.protocol import Backend, Replicas, Setup, StepStats, replicate
+from multidev.engines.registry import installed as installed_backends
+from multidev.engines.registry import load_backend
+from multidev.errors import BackendNotInstalled, MultidevError
+from multidev.outputs.checkpoint import load as load_checkpoint
+from multidev.outputs.checkpoint import save as save_checkpoint
+from multidev.outputs.result import EpochRecord, Result
+from multidev.processes.group import ProcessGroup
+from multidev.rules.devices import Device, resolve_devices
+from multidev.rules.models import MODELS, ModelSpec
+from multidev.rules.split import Shards, cut, shard_bounds, shard_sizes, split
+from multidev.training.api import DEFAULTS, train
+from multidev.training.evaluate import evaluate
+from multidev.training.interrupt import Interrupted
 
 __version__ = "0.1.0"
 

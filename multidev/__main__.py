@@ -2,8 +2,8 @@ import logging
 import os
 import sys
 
-from .cli import main
-from .group import from_environment
+from multidev.cli import main
+from multidev.processes.group import from_environment
 
 code = main()
 joined = from_environment()

@@ -7,16 +7,39 @@ the core's own business and may change without notice to engine authors.
 
 from __future__ import annotations
 
-from .devices import Device
-from .errors import MultidevError
-from .lockstep import AllGather, combine_moments, run_lockstep, running_statistic, statistic_sources
-from .models import BN_EPS, BN_MOMENTUM, Block, ModelSpec, Param, State, lenet_flat_features, resnet18_blocks
-from .group import Launch
-from .optim import STEP, Optimizer, check_state, slot_name
-from .protocol import (CAPABILITIES, DTYPES, PRECISIONS, Backend, BatchT, MultiProcessBackend, OptimizerState,
-                       ProcessGroup, Replicas, Setup, StepStats)
-from .shard import DeviceShard, Placed, Shards
-from .spawn import Helper, cause, spawn, worker_failed
+from multidev.engines.capabilities import CAPABILITIES
+from multidev.engines.lockstep import AllGather, combine_moments, run_lockstep
+from multidev.engines.protocol import (
+    Backend,
+    BatchT,
+    MultiProcessBackend,
+    OptimizerState,
+    Replicas,
+    Setup,
+    StepStats,
+)
+from multidev.errors import MultidevError
+from multidev.processes.group import ProcessGroup
+from multidev.processes.launch import Launch
+from multidev.processes.spawn import Helper, cause, spawn, worker_failed
+from multidev.rules.batchnorm import (
+    BN_EPS,
+    BN_MOMENTUM,
+    running_statistic,
+    statistic_sources,
+)
+from multidev.rules.devices import Device
+from multidev.rules.models import (
+    Block,
+    ModelSpec,
+    Param,
+    State,
+    lenet_flat_features,
+    resnet18_blocks,
+)
+from multidev.rules.optimizers import STEP, Optimizer, check_state, slot_name
+from multidev.rules.precision import DTYPES, PRECISIONS
+from multidev.rules.split import DeviceShard, Placed, Shards
 
 __all__ = [
     "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "cause", "DTYPES", "Device",

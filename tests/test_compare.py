@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 import multidev
-from multidev.compare import RunSpec
+from multidev.comparison.runs import RunSpec
 
 
 def test_compare_runs_every_combination_and_reports_failures(tmp_path):
@@ -43,7 +43,7 @@ def test_compare_runs_every_combination_and_reports_failures(tmp_path):
 def test_divergence_tells_rounding_from_another_definition(tmp_path):
     """A run with another learning rate is no rounding; the same job again is (on any CPU: torch repeats
     itself bit for bit, where two float32 engines might part at a flipped ReLU)."""
-    from multidev.compare import RunSpec
+    from multidev.comparison.runs import RunSpec
 
     settings = dict(model="lenet", dataset="synthetic", epochs=1, batch_size=64)
     outcomes = multidev.compare(runs=[RunSpec("torch", 1, lr=0.1, **settings), RunSpec("torch", 1, lr=0.1, **settings),
@@ -63,7 +63,7 @@ def test_compare_from_python_returns_outcomes():
 
 def test_compare_runs_each_engine_as_several_processes_when_asked():
     """`multidev compare --processes 2`: every run is one job of 2 workers, labelled so."""
-    from multidev.cli import _parser
+    from multidev.cli.commands import _parser
 
     args = _parser().parse_args(["compare", "--backends", "torch", "--out", "o", "--processes", "2"])
     assert args.processes == 2

@@ -3,7 +3,7 @@ import warnings
 import pytest
 
 from multidev import Device, MultidevError, resolve_devices
-from multidev.devices import DeviceFallbackWarning
+from multidev.rules.devices import DeviceFallbackWarning
 
 
 def test_names_round_trip():

@@ -1,8 +1,7 @@
 """GPU checks: run where an engine sees a GPU, skipped with the reason elsewhere (CI has none)."""
 
-import pytest
-
 import numpy as np
+import pytest
 
 import multidev
 from multidev.testing import CROSS_ENGINE_RTOL, LENET, RESNET, batch

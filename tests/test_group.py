@@ -5,9 +5,10 @@ import pytest
 
 import multidev
 from multidev import MultidevError, ProcessGroup, Setup
-from multidev.group import differing, digest, from_environment
-from multidev.protocol import needed
-from multidev.shard import cut, cut_for_process, shard_sizes
+from multidev.engines.capabilities import needed
+from multidev.processes.group import from_environment
+from multidev.processes.job import differing, digest
+from multidev.rules.split import cut, cut_for_process, shard_sizes
 from multidev.testing import LENET
 from multidev.testing.fake import FakeEngine
 
@@ -74,8 +75,9 @@ def test_the_launcher_refuses_what_the_workers_could_not_run():
 
 def test_the_worker_killed_is_named_not_the_one_that_lost_it():
     """Rank 1 is killed and rank 0, its peer gone, exits with an error within the same poll."""
-    from multidev.spawn import cause
     import signal
+
+    from multidev.processes.spawn import cause
 
     assert cause([(0, 2), (1, -signal.SIGKILL)]) == (1, -signal.SIGKILL)
     assert cause([(0, -signal.SIGTERM), (1, 3)]) == (0, -signal.SIGTERM)  # the launcher's SIGTERM: order decides

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from multidev import ModelSpec, load_checkpoint, save_checkpoint
-from multidev.files import remove_stale_temporaries
+from multidev.outputs.files import remove_stale_temporaries
 
 TRAIN = ["train", "--backend", "torch", "--devices", "2", "--model", "lenet", "--dataset", "synthetic",
          "--epochs", "2", "--batch-size", "16", "--lr", "0.05", "--no-progress"]
@@ -113,7 +113,7 @@ def test_outputs_follow_the_umask(tmp_path, umask, mode):
     old = os.umask(umask)
     try:
         save_checkpoint(tmp_path / "ck.npz", spec, spec.init(0), epoch=1, seed=0)
-        from multidev.result import write_text_atomic
+        from multidev.outputs.result import write_text_atomic
         write_text_atomic(tmp_path / "out.json", "{}")
     finally:
         os.umask(old)

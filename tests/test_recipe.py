@@ -8,13 +8,13 @@ import threading
 import numpy as np
 import pytest
 
-from multidev import checkpoint as ckpt
 from multidev.errors import MultidevError
-from multidev.optim import STEP, Optimizer, update
-from multidev.prefetch import ahead
-from multidev.recipe import Recipe
-from multidev.schedule import Schedule
+from multidev.outputs import checkpoint as ckpt
+from multidev.rules.optimizers import STEP, Optimizer, update
+from multidev.rules.schedules import Schedule
+from multidev.settings.recipe import Recipe
 from multidev.testing import LENET
+from multidev.training.prefetch import ahead
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -95,8 +95,8 @@ def test_warmup_longer_than_the_run_is_refused():
 
 
 def test_recipe_round_trips_through_flags_and_settings():
-    from multidev.cli import _parser
-    from multidev.recipe import from_args
+    from multidev.cli.commands import _parser
+    from multidev.settings.recipe import from_args
 
     recipes = [Recipe(), Recipe.of(momentum=0.9, nesterov=True, weight_decay=5e-4, schedule="step", milestones="5,8",
                                    factor=0.2, warmup_epochs=0.5, accumulate=3, precision="bf16", tf32=True),
@@ -127,7 +127,7 @@ def test_bad_recipe_flags_are_one_line(argv, message):
 
 def test_an_engine_without_bf16_is_refused_in_one_line():
     from multidev.testing.fake import FakeEngine
-    from multidev.train import train
+    from multidev.training.api import train
 
     with pytest.raises(MultidevError, match="the fake engine does not offer bf16: use --precision fp32"):
         train(FakeEngine(), precision="bf16", epochs=1)
@@ -149,7 +149,7 @@ def test_checkpoint_keeps_optimizer_state(tmp_path):
 def test_resume_with_another_optimizer_is_refused(tmp_path):
     from multidev.data import synthetic
     from multidev.testing.fake import FakeEngine
-    from multidev.train import train
+    from multidev.training.api import train
 
     data = synthetic(n_train=16, n_test=4, shape=LENET.in_shape)
     kwargs = dict(model="lenet", dataset=data, batch_size=8)

@@ -4,8 +4,13 @@ import textwrap
 
 import pytest
 
-from multidev import BackendNotInstalled, MultidevError, installed_backends, load_backend
-from multidev import registry
+from multidev import (
+    BackendNotInstalled,
+    MultidevError,
+    installed_backends,
+    load_backend,
+)
+from multidev.engines import registry
 
 
 def test_import_multidev_imports_no_framework():

@@ -8,8 +8,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import MultidevError
-from . import fashion_mnist
+from multidev.data import fashion_mnist
+from multidev.errors import MultidevError
 
 DATASETS = ("digits", "fashion-mnist", "synthetic")
 

@@ -12,9 +12,9 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
-from ..errors import MultidevError
-from ..files import atomic_write
-from .idx import read_idx
+from multidev.data.idx import read_idx
+from multidev.errors import MultidevError
+from multidev.outputs.files import atomic_write
 
 URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
 FILES = {  # name -> published MD5

@@ -14,11 +14,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..lockstep import running_statistic
-from ..models import ModelSpec, State
-from ..shard import split
-from . import layers
-from .network import Run, Sequential, build
+from multidev.reference import layers
+from multidev.reference.network import Run, Sequential, build
+from multidev.rules.batchnorm import running_statistic
+from multidev.rules.models import ModelSpec, State
+from multidev.rules.split import split
 
 __all__ = ["Run", "Sequential", "backward", "build", "gradients", "layers", "predict", "recipe_steps", "relu_inputs",
            "sgd_step", "train_step"]
@@ -120,9 +120,9 @@ def recipe_steps(spec: ModelSpec, state: State, optimizer, steps: Sequence[tuple
 
     The contract's whole update: the aggregated gradient (as :func:`gradients`),
     running statistics moved as in :func:`train_step`, weights moved by
-    ``multidev.optim.update``.
+    ``multidev.rules.optimizers.update``.
     """
-    from .. import optim
+    from multidev.rules import optimizers as optim
 
     state = {p.name: np.array(state[p.name], dtype) for p in spec.params()}
     opt_state = optimizer.init_state(spec, dtype) if opt_state is None else dict(opt_state)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from multidev.models import BN_EPS, BN_MOMENTUM
+from multidev.rules.batchnorm import BN_EPS, BN_MOMENTUM
 
 AXES = (0, 2, 3)  # NCHW: statistics per channel, over samples and pixels
 

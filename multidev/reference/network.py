@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from multidev.models import ModelSpec, State, resnet18_blocks
-
-from . import layers
-from .batchnorm import BatchNorm
+from multidev.reference import layers
+from multidev.reference.batchnorm import BatchNorm
+from multidev.rules.models import ModelSpec, State, resnet18_blocks
 
 
 @dataclass

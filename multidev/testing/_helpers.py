@@ -6,7 +6,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ..models import ModelSpec, State
+from multidev.rules.models import ModelSpec, State
 
 LENET = ModelSpec("lenet", (1, 16, 16), 10)
 RESNET = ModelSpec("resnet18", (1, 8, 8), 10)
@@ -62,7 +62,7 @@ def kink_margin(spec: ModelSpec, state: State, x: np.ndarray, sizes=None, batchn
     is many times its reach has every ReLU on the same side in every float32
     run, so its gradient is a smooth function and rounding alone separates runs.
     """
-    from .. import reference
+    from multidev import reference
 
     exact = reference.relu_inputs(spec, state, x, sizes, batchnorm)
     single = reference.relu_inputs(spec, state, x, sizes, batchnorm, dtype=np.float32)

@@ -1,9 +1,17 @@
 """Every check class of the kit in one: what an engine's tests subclass."""
 
-from .kit import (AccuracyChecks, AggregationChecks, BatchNormChecks, CheckpointChecks, EvaluationChecks,
-                  ParityChecks, PlacementChecks, ReplicateChecks)
-from .processes import MultiProcessChecks
-from .recipes import RecipeChecks
+from multidev.testing.kit import (
+    AccuracyChecks,
+    AggregationChecks,
+    BatchNormChecks,
+    CheckpointChecks,
+    EvaluationChecks,
+    ParityChecks,
+    PlacementChecks,
+    ReplicateChecks,
+)
+from multidev.testing.processes import MultiProcessChecks
+from multidev.testing.recipes import RecipeChecks
 
 
 class Conformance(PlacementChecks, ReplicateChecks, AggregationChecks, BatchNormChecks, EvaluationChecks,

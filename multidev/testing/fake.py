@@ -15,11 +15,12 @@ from typing import Optional
 
 import numpy as np
 
-from .. import optim, reference
-from ..errors import MultidevError
-from ..models import State
-from ..protocol import Setup, StepStats
-from ..shard import Shards, cut
+from multidev import reference
+from multidev.engines.protocol import Setup, StepStats
+from multidev.errors import MultidevError
+from multidev.rules import optimizers as optim
+from multidev.rules.models import State
+from multidev.rules.split import Shards, cut
 
 #: fault -> the bug it plants
 FAULTS = {

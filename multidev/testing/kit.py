@@ -28,18 +28,28 @@ from typing import ClassVar, Sequence
 import numpy as np
 import pytest
 
-from .. import checkpoint as ckpt
-from ..data import synthetic
-from ..devices import resolve_devices
-from ..errors import MultidevError
-from ..models import BN_MOMENTUM, ModelSpec
-from ..protocol import Backend, Replicas, Setup, replicate
-from ..registry import installed, load_backend
-from ..shard import cut, shard_bounds, shard_sizes
-from .. import reference
-from ..train import evaluate, train
-from ._helpers import (LENET, RESNET, assert_states_close, assert_states_equal, batch, conv2d_nchw, kink_margin,
-                       max_rel_error)
+from multidev import reference
+from multidev.data import synthetic
+from multidev.engines.protocol import Backend, Replicas, Setup, replicate
+from multidev.engines.registry import installed, load_backend
+from multidev.errors import MultidevError
+from multidev.outputs import checkpoint as ckpt
+from multidev.rules.batchnorm import BN_MOMENTUM
+from multidev.rules.devices import resolve_devices
+from multidev.rules.models import ModelSpec
+from multidev.rules.split import cut, shard_bounds, shard_sizes
+from multidev.testing._helpers import (
+    LENET,
+    RESNET,
+    assert_states_close,
+    assert_states_equal,
+    batch,
+    conv2d_nchw,
+    kink_margin,
+    max_rel_error,
+)
+from multidev.training.api import train
+from multidev.training.evaluate import evaluate
 
 #: Tolerances the project holds (docs/contract.md): float32 sums taken in another order.
 SAME_ENGINE_RTOL = 1e-4

@@ -29,10 +29,10 @@ from typing import Iterator
 
 import pytest
 
-from .. import checkpoint as ckpt
-from ..registry import installed
-from ._helpers import assert_states_close
-from .kit import FLOAT64_RTOL, SAME_ENGINE_RTOL, EngineFixtures
+from multidev.engines.registry import installed
+from multidev.outputs import checkpoint as ckpt
+from multidev.testing._helpers import assert_states_close
+from multidev.testing.kit import FLOAT64_RTOL, SAME_ENGINE_RTOL, EngineFixtures
 
 #: seconds a killed worker may take to end the whole job (contract: Process groups)
 KILL_DEADLINE = 30.0

@@ -1,6 +1,6 @@
 """The kit's checks of training recipes: optimizers, their state, accumulation, mixed precision.
 
-Each is held to the contract's formula (``multidev.optim.update``) run by the
+Each is held to the contract's formula (``multidev.rules.optimizers.update``) run by the
 NumPy reference in float64 on the same weights and batches.
 
 Why states after three updates, in float32, at 1e-3: an update moves a
@@ -22,14 +22,21 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from .. import reference
-from ..data import synthetic
-from ..optim import STEP, Optimizer
-from ..protocol import Replicas
-from ..shard import cut, shard_sizes
-from ..train import train
-from ._helpers import LENET, RESNET, assert_states_close, batch
-from .kit import ACCURACY_FLOOR, CROSS_ENGINE_RTOL, FLOAT64_RTOL, SAME_ENGINE_RTOL, EngineFixtures, settled_accuracy
+from multidev import reference
+from multidev.data import synthetic
+from multidev.engines.protocol import Replicas
+from multidev.rules.optimizers import STEP, Optimizer
+from multidev.rules.split import cut, shard_sizes
+from multidev.testing._helpers import LENET, RESNET, assert_states_close, batch
+from multidev.testing.kit import (
+    ACCURACY_FLOOR,
+    CROSS_ENGINE_RTOL,
+    FLOAT64_RTOL,
+    SAME_ENGINE_RTOL,
+    EngineFixtures,
+    settled_accuracy,
+)
+from multidev.training.api import train
 
 #: name -> optimizer; large decays and AdamW's eps of 1e-3 make a wrong definition show in three updates
 RECIPES: dict[str, Optimizer] = {
@@ -165,7 +172,7 @@ class RecipeChecks(EngineFixtures):
         """The core's loop with a recipe: momentum, decay, cosine with warm-up, two micro-batches per update."""
         self.require(engine, "optimizers")
         self.require(engine, "accumulate")
-        from .. import checkpoint as ckpt
+        from multidev.outputs import checkpoint as ckpt
 
         data = synthetic(n_train=40, n_test=12, shape=LENET.in_shape)
         k = 2 if 2 in self.counts(engine) else 1

@@ -21,7 +21,16 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from multidev.engine import STEP, MultidevError, Setup, Shards, State, StepStats, check_state, slot_name
+from multidev.engine import (
+    STEP,
+    MultidevError,
+    Setup,
+    Shards,
+    State,
+    StepStats,
+    check_state,
+    slot_name,
+)
 
 from .compiled import Compiler
 from .devices import AXIS, mesh

@@ -38,11 +38,21 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from multidev.engine import (Device, DeviceShard, MultidevError, Placed, Setup, Shards, State, StepStats, check_state,
-                             run_lockstep, statistic_sources)
+from multidev.engine import (
+    Device,
+    DeviceShard,
+    MultidevError,
+    Placed,
+    Setup,
+    Shards,
+    State,
+    StepStats,
+    check_state,
+    run_lockstep,
+    statistic_sources,
+)
 
 from . import distributed, optimizers
-
 from .batchnorm import StatsExchange
 from .model import batchnorms, bfloat16, build, canonical_params, hybridize, trace
 from .runtime import mxnet

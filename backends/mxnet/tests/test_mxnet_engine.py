@@ -18,11 +18,18 @@ import pytest
 
 import multidev
 from multidev import load_backend, shard_sizes
-from multidev.devices import resolve_devices
-from multidev.models import BN_EPS, BN_MOMENTUM
-from multidev.optim import Optimizer
-from multidev.testing import (ACCURACY_FLOOR, LENET, RESNET, SAME_ENGINE_RTOL, assert_states_close,
-                              assert_states_equal, batch)
+from multidev.rules.batchnorm import BN_EPS, BN_MOMENTUM
+from multidev.rules.devices import resolve_devices
+from multidev.rules.optimizers import Optimizer
+from multidev.testing import (
+    ACCURACY_FLOOR,
+    LENET,
+    RESNET,
+    SAME_ENGINE_RTOL,
+    assert_states_close,
+    assert_states_equal,
+    batch,
+)
 
 TIME_LIMIT = 180  # seconds; a healthy run takes a few
 
@@ -121,8 +128,7 @@ def engine():
 
 def test_mxnet_batchnorm_follows_core_conventions(engine):
     """The engine relies on this: biased running variance, momentum flipped, updated in backward."""
-    from multidev_mxnet.batchnorm import BatchNorm
-    from multidev_mxnet.batchnorm import mx
+    from multidev_mxnet.batchnorm import BatchNorm, mx
 
     bn = BatchNorm(3)
     bn.initialize(ctx=mx.cpu(0))

@@ -19,8 +19,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from multidev.engine import (STEP, AllGather, Device, DeviceShard, MultidevError, Placed, Setup, Shards, State,
-                             StepStats, run_lockstep, running_statistic, slot_name, statistic_sources)
+from multidev.engine import (
+    STEP,
+    AllGather,
+    Device,
+    DeviceShard,
+    MultidevError,
+    Placed,
+    Setup,
+    Shards,
+    State,
+    StepStats,
+    run_lockstep,
+    running_statistic,
+    slot_name,
+    statistic_sources,
+)
 
 from .batchnorm import BatchNorm
 from .distributed import all_sum_tensors

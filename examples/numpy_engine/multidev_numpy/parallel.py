@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from multidev.engine import DeviceShard, Setup, Shards, State, StepStats, running_statistic
+from multidev.engine import (
+    DeviceShard,
+    Setup,
+    Shards,
+    State,
+    StepStats,
+    running_statistic,
+)
 from multidev.reference import Run, backward, build, layers
 
 Shard = DeviceShard[np.ndarray]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import multidev
-from multidev.protocol import Backend
+from multidev.engines.protocol import Backend
 from multidev.testing import CROSS_ENGINE_RTOL
 
 

@@ -1,0 +1,212 @@
+"""What an engine implements: the protocols between the core and a backend, and the types it is handed.
+
+An engine is a package that registers a factory under the entry-point group
+``multidev.backends``. The factory returns a :class:`Backend`; its
+``replicate`` returns :class:`Replicas`, the model held on every device.
+Everything else (devices, the split rule, data, initial weights, the
+training loop, checkpoints, checks of the user's settings) belongs to the
+core, so engines stay small and give the same answers. See
+docs/writing-a-backend.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import (
+    TYPE_CHECKING,
+    Optional,
+    Protocol,
+    Sequence,
+    TypeVar,
+    runtime_checkable,
+)
+
+import numpy as np
+
+from multidev.engines.capabilities import check_claims, needed
+from multidev.errors import MultidevError
+from multidev.processes.group import ProcessGroup
+from multidev.rules.batchnorm import check_batchnorm
+from multidev.rules.devices import Device
+from multidev.rules.models import ModelSpec, State
+from multidev.rules.optimizers import Optimizer
+from multidev.rules.precision import check_accumulate, check_dtype, check_precision
+from multidev.rules.split import Shards
+
+if TYPE_CHECKING:
+    from multidev.processes.launch import Launch
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What ``replicate`` is asked to build: the model, this process's devices and how to compute.
+
+    Made and checked by the core, so an engine never validates the user's settings.
+    """
+
+    spec: ModelSpec
+    devices: tuple[Device, ...]
+    batchnorm: str = "local"
+    dtype: str = "float32"
+    group: ProcessGroup = field(default_factory=ProcessGroup)
+    #: the update rule; its learning rate comes with every step
+    optimizer: Optimizer = field(default_factory=Optimizer)
+    #: micro-batches per update: train_step(..., update=False) comes accumulate - 1 times before each update
+    accumulate: int = 1
+    precision: str = "fp32"
+    #: on GPUs only, the user's explicit opt-in to TF32 matrix multiplies (off: full float32, as on CPU)
+    tf32: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "devices", tuple(Device.parse(d) for d in self.devices))
+        if not self.devices:
+            raise MultidevError("need at least one device")
+        check_batchnorm(self.batchnorm)
+        check_dtype(self.dtype)
+        check_precision(self.precision, self.dtype)
+        object.__setattr__(self, "accumulate", check_accumulate(self.accumulate))
+
+    @property
+    def sync(self) -> bool:
+        return self.batchnorm == "sync"
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)
+
+    def needs(self) -> frozenset[str]:
+        """The capabilities an engine must claim to run this setup."""
+        return needed(dtype=self.dtype, batchnorm=self.batchnorm, processes=self.group.size,
+                      cpu_devices=sum(d.kind == "cpu" for d in self.devices),
+                      gpus=sum(d.kind == "gpu" for d in self.devices), optimizer=self.optimizer,
+                      accumulate=self.accumulate, precision=self.precision)
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Sums over one minibatch, added up over all devices."""
+
+    loss_sum: float  # sum of per-sample cross-entropy
+    correct: int     # samples whose arg-max logit is the label
+    count: int       # samples seen: the minibatch size
+
+
+BatchT = TypeVar("BatchT")
+
+
+@runtime_checkable
+class Replicas(Protocol[BatchT]):
+    """The model replicated on every device (Replicate), trained in data parallel.
+
+    A batch (``BatchT``, the engine's own type) is what ``place`` returns: the
+    core's shards moved onto their devices (Shard). ``train_step`` and
+    ``gradients`` aggregate the shards' gradients with weights n_i / B
+    (AllReduce), so the update equals one device's on the whole batch.
+    """
+
+    setup: Setup
+    #: one-time compilation seconds, reported apart from epoch times (0 where none)
+    compile_seconds: float
+
+    def place(self, shards: Shards) -> BatchT:
+        """Put ``shards.x[i]`` (and ``shards.y[i]``) on device i; an empty shard stays empty."""
+
+    def shards(self, batch: BatchT) -> list[np.ndarray]:
+        """The images each device holds for ``batch``, back on the host (for checks)."""
+
+    def train_step(self, batch: BatchT, lr: float, *, update: bool = True) -> StepStats:
+        """Forward and backward on every device, aggregate, and update with ``setup.optimizer`` at rate ``lr``.
+
+        Each shard's loss sum is divided by ``batch``'s ``Shards.batch``: the
+        rows of the whole update. With ``update=False`` (engines that claim
+        ``accumulate``) the aggregated gradient is added to what the replicas
+        hold and nothing is updated; the next ``update=True`` step adds its own
+        gradient, updates once with the total, and starts a new sum.
+        """
+
+    def gradients(self, batch: BatchT) -> State:
+        """The aggregated gradient of the mean loss over the batch, canonical layout, no update."""
+
+    def evaluate(self, batch: BatchT) -> StepStats:
+        """Loss and correct count in inference mode, every device on its own shard."""
+
+    def predict(self, batch: BatchT) -> np.ndarray:
+        """Logits in inference mode, rows in sample order."""
+
+    def state(self) -> State:
+        """Parameters and running statistics in the canonical layout (from device 0)."""
+
+    def replica_states(self) -> list[State]:
+        """Every device's own copy of ``state()``, to check that replicas agree."""
+
+    def load_state(self, state: State) -> None:
+        """Copy canonical arrays onto every device."""
+
+
+@runtime_checkable
+class OptimizerState(Protocol):
+    """What replicas of an engine that claims ``optimizers`` add: the optimizer's state, canonical names.
+
+    Names are ``Optimizer.state_names(spec)``: ``optimizer.step`` (updates
+    done) and ``optimizer.<slot>.<parameter>`` in the parameter's canonical
+    layout, so any engine resumes another's checkpoint (contract: Optimizers).
+    """
+
+    def optimizer_state(self) -> State:
+        """The optimizer's state, as device 0 holds it, in the parameters' dtype (the count as int64)."""
+
+    def load_optimizer_state(self, state: State) -> None:
+        """Put canonical optimizer state on every device (the next update continues from it)."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """An engine: a framework's implementation of the replicated model."""
+
+    name: str
+    capabilities: frozenset[str]
+    #: the distributions whose versions reports name, e.g. ("jax", "flax", "optax"); the core looks them up
+    frameworks: tuple[str, ...]
+
+    def settings(self) -> dict[str, str]:
+        """The process-wide settings the engine runs under, each with what it is and when it applies."""
+
+    def gpu_count(self) -> int:
+        """Accelerators this engine can use on this machine."""
+
+    def max_cpu_devices(self) -> Optional[int]:
+        """Virtual CPU devices this process can offer (None: no limit)."""
+
+    def replicate(self, setup: Setup, state: State) -> Replicas:
+        """Build ``setup.spec`` on every device of ``setup`` and load ``state`` into each replica.
+
+        Only setups whose ``needs()`` the engine claims reach it. An engine
+        may still decline a combination it cannot run with a MultidevError.
+        """
+
+
+@runtime_checkable
+class MultiProcessBackend(Backend, Protocol):
+    """What an engine that claims ``multi_process`` adds: its framework's own launcher, runtime and sums."""
+
+    def launch(self, argv: Sequence[str], launch: "Launch") -> None:
+        """Run ``python -m multidev <argv>`` as ``launch.processes`` workers here, through the framework's launcher.
+
+        Returns when every worker has finished. When one fails, the others are
+        stopped and a ``MultidevError`` names its rank and how it ended.
+        """
+
+    def join(self, group: ProcessGroup, local_rank: int) -> None:
+        """Connect this worker to the framework's runtime (the launcher's environment says where)."""
+
+    def leave(self) -> None:
+        """Disconnect at the end of the run."""
+
+    def all_sum(self, values: np.ndarray) -> np.ndarray:
+        """``values`` summed over every process of the group (float64 in, float64 out)."""
+
+
+def replicate(engine: Backend, setup: Setup, state: State) -> Replicas:
+    """The core's way to build replicas: the setup checked against what the engine claims."""
+    check_claims(engine, setup.needs())
+    return engine.replicate(setup, state)

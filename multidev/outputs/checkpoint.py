@@ -1,0 +1,80 @@
+"""One framework-neutral checkpoint format, written atomically (contract: Checkpoints and interruption).
+
+A checkpoint is a NumPy ``.npz`` archive: every canonical array under its
+canonical name, the optimizer's state under its canonical names
+(``optimizer.*``, see ``multidev.optim``), plus ``__meta__``, a JSON
+document (model, input shape, classes, epoch, seed, history, recipe). Any engine reads it; a crash mid-write leaves
+the previous file intact because the new one is renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from multidev.errors import MultidevError
+from multidev.outputs.files import atomic_write
+from multidev.rules.models import ModelSpec, State
+from multidev.rules.optimizers import STATE_PREFIX
+
+VERSION = 2  # 2: may hold a mid-epoch position; 1 is read too
+
+
+FORMAT = f"multidev-checkpoint/{VERSION}"
+
+
+META = "__meta__"
+
+
+def save(path: str | Path, spec: ModelSpec, state: State, optimizer_state: State | None = None, **meta: Any) -> Path:
+    path = Path(path)
+    spec.check(state)
+    header = {"format": FORMAT, "model": spec.name, "in_shape": list(spec.in_shape),
+              "num_classes": spec.num_classes, **meta}
+    arrays = {name: np.asarray(value) for name, value in state.items()}
+    arrays.update({name: np.asarray(value) for name, value in (optimizer_state or {}).items()})
+    arrays[META] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+    with atomic_write(path, what="checkpoint") as f:
+        np.savez(f, **arrays)
+    return path
+
+
+def _read(path: str | Path) -> tuple[ModelSpec, State, dict[str, Any]]:
+    """(spec, every array, meta) of a checkpoint, read once and checked; a bad file is a one-line error."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise MultidevError(f"checkpoint {path} does not exist: check the path given to --resume") from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise MultidevError(f"checkpoint {path} is unreadable ({exc}): use another checkpoint") from None
+    try:
+        meta = json.loads(arrays.pop(META).tobytes().decode())
+        match = re.fullmatch(r"multidev-checkpoint/(\d+)", str(meta.get("format")))
+    except (KeyError, ValueError, AttributeError):
+        match = None
+    if match is None:
+        raise MultidevError(f"{path} is not a multidev checkpoint: give --resume a file that --checkpoint wrote")
+    if int(match.group(1)) > VERSION:
+        raise MultidevError(f"{path} was written by a newer multidev (format {match.group(1)}; this one reads "
+                            f"{VERSION}): upgrade multidev to resume from it")
+    spec = ModelSpec(meta["model"], tuple(meta["in_shape"]), int(meta["num_classes"]))
+    spec.check({name: value for name, value in arrays.items() if not name.startswith(STATE_PREFIX)})
+    return spec, arrays, meta
+
+
+def load(path: str | Path) -> tuple[ModelSpec, State, dict[str, Any]]:
+    """(spec, state, meta) from a checkpoint; a bad file is a one-line error."""
+    spec, arrays, meta = _read(path)
+    return spec, {p.name: arrays[p.name] for p in spec.params()}, meta
+
+
+def load_optimizer_state(path: str | Path) -> State:
+    """The optimizer's state a checkpoint holds, under its canonical names (empty for plain SGD)."""
+    return {name: value for name, value in _read(path)[1].items() if name.startswith(STATE_PREFIX)}

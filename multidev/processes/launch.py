@@ -1,0 +1,39 @@
+"""What ``--processes N [--nnodes M --node-rank R --master HOST:PORT]`` asks for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from multidev.errors import MultidevError
+
+DEFAULT_MASTER = "127.0.0.1:29500"
+
+
+def parse_master(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise MultidevError(f"--master {text!r}: write HOST:PORT, e.g. 127.0.0.1:29500")
+    return host, int(port)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What ``--processes N [--nnodes M --node-rank R --master HOST:PORT]`` asks for."""
+
+    processes: int = 1           # worker processes on this machine
+    nnodes: int = 1              # machines in the job
+    node_rank: int = 0           # this machine's place among them
+    master: str = DEFAULT_MASTER  # where the workers meet (node 0 listens there)
+    timeout: float = 60.0        # seconds to wait for every machine to arrive
+
+    def __post_init__(self) -> None:
+        if self.processes < 1 or self.nnodes < 1:
+            raise MultidevError(f"--processes and --nnodes must be at least 1, got {self.processes} and {self.nnodes}")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise MultidevError(f"--node-rank {self.node_rank} with --nnodes {self.nnodes}: "
+                                f"number the machines 0 to {self.nnodes - 1}")
+        parse_master(self.master)
+
+    @property
+    def size(self) -> int:
+        return self.processes * self.nnodes
