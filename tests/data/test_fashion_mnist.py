@@ -13,7 +13,7 @@ from multidev.data import batches, digits, epoch_order, load_dataset, synthetic
 from multidev.data import fashion_mnist as fm
 from multidev.data.idx import read_idx, write_idx
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "fashion-mnist"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "fashion-mnist"
 LABELS = ["train-labels-idx1-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
 
 
