@@ -1,3 +1,6 @@
+"""Fashion-MNIST: files checked by their MD5, used in place without the network, fetched atomically;
+errors name the file and the folder."""
+
 import functools
 import hashlib
 import http.server
@@ -9,8 +12,8 @@ import numpy as np
 import pytest
 
 from multidev import MultidevError
-from multidev.data import batches, digits, epoch_order, load_dataset, synthetic
 from multidev.data import fashion_mnist as fm
+from multidev.data import load_dataset
 from multidev.data.idx import read_idx, write_idx
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "fashion-mnist"
@@ -24,20 +27,6 @@ def test_real_label_files_verify_and_parse():
         labels = read_idx(SHARED / name)
         assert labels.shape == (10 * per_class,) and labels.dtype == np.uint8
         assert np.bincount(labels).tolist() == [per_class] * 10
-
-
-def test_idx_round_trip(tmp_path):
-    images = np.random.default_rng(0).integers(0, 256, (7, 28, 28), dtype=np.uint8)
-    for name in ("a-idx3-ubyte", "a-idx3-ubyte.gz"):
-        write_idx(tmp_path / name, images)
-        assert np.array_equal(read_idx(tmp_path / name), images)
-
-
-@pytest.mark.parametrize("payload", [b"", b"garbage!", b"\x00\x00\x08\x01\x00\x00\x00\x05\x01\x02"])
-def test_corrupt_idx_is_a_clear_error(tmp_path, payload):
-    (tmp_path / "bad-idx1-ubyte").write_bytes(payload)
-    with pytest.raises(MultidevError, match="bad-idx1-ubyte"):
-        read_idx(tmp_path / "bad-idx1-ubyte")
 
 
 def _write_fake_set(folder: Path, n_train=30, n_test=10) -> dict:
@@ -99,31 +88,3 @@ def test_real_labels_with_missing_images_say_where_to_put_them(tmp_path):
         shutil.copy(SHARED / name, tmp_path / name)
     with pytest.raises(MultidevError, match="train-images-idx3-ubyte.gz is missing"):
         fm.fetch(tmp_path, download=False)
-
-
-def test_digits_is_real_and_fixed():
-    a, b = digits(), digits()
-    assert a.x_train.shape[1:] == (1, 8, 8) and len(a.x_train) + len(a.x_test) == 1797
-    assert len(a.x_test) == 360 and np.array_equal(a.y_test, b.y_test)
-    assert 0.0 <= a.x_train.min() and a.x_train.max() <= 1.0
-    assert np.bincount(a.y_test).min() >= 35  # stratified
-
-
-def test_synthetic_is_deterministic():
-    assert np.array_equal(synthetic().x_train, synthetic().x_train)
-
-
-def test_epoch_order_depends_on_seed_and_epoch_only():
-    assert np.array_equal(epoch_order(100, 3, 2), epoch_order(100, 3, 2))
-    assert not np.array_equal(epoch_order(100, 3, 1), epoch_order(100, 3, 2))
-    assert sorted(epoch_order(100, 3, 1)) == list(range(100))
-
-
-def test_batches_keep_the_remainder():
-    sizes = [len(b) for b in batches(np.arange(10), 4)]
-    assert sizes == [4, 4, 2]
-
-
-def test_unknown_dataset():
-    with pytest.raises(MultidevError, match="unknown data set"):
-        load_dataset("cifar")

@@ -1,3 +1,5 @@
+"""Engines found through the entry point, by name; a missing or broken one is one line, not fatal."""
+
 import subprocess
 import sys
 import textwrap

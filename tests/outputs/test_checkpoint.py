@@ -1,3 +1,9 @@
+"""Checkpoints: a round trip, a crash mid-write, and files that are refused in one line."""
+
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -47,3 +53,28 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path, content):
 def test_missing_checkpoint(tmp_path):
     with pytest.raises(MultidevError, match="does not exist"):
         load_checkpoint(tmp_path / "nope.npz")
+
+
+def bad_checkpoints(tmp_path):
+    spec = ModelSpec("lenet", (1, 16, 16), 10)
+    good = save_checkpoint(tmp_path / "good.npz", spec, spec.init(0), epoch=1, seed=0)
+    (tmp_path / "truncated.npz").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    np.savez(tmp_path / "foreign.npz", weights=np.zeros(3))
+    with np.load(good) as archive:
+        arrays = dict(archive)
+    meta = json.loads(arrays["__meta__"].tobytes())
+    arrays["__meta__"] = np.frombuffer(json.dumps({**meta, "format": "multidev-checkpoint/99"}).encode(), np.uint8)
+    np.savez(tmp_path / "newer.npz", **arrays)
+    return {"truncated": ("truncated.npz", "unreadable"), "not multidev": ("foreign.npz", "not a multidev checkpoint"),
+            "newer format": ("newer.npz", "newer multidev"), "another model": ("good.npz", "holds lenet")}
+
+
+@pytest.mark.parametrize("what", ["truncated", "not multidev", "newer format", "another model"])
+def test_bad_checkpoint_is_one_clear_line(tmp_path, what):
+    name, message = bad_checkpoints(tmp_path)[what]
+    proc = subprocess.run([sys.executable, "-m", "multidev", "train", "--model", "resnet18", "--dataset", "synthetic",
+                           "--epochs", "1", "--no-progress", "--resume", str(tmp_path / name)],
+                          capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert message in lines[0] and name in lines[0], lines[0]

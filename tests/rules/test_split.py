@@ -1,7 +1,10 @@
+"""The split rule (contract: Split, Process groups): shard sizes, cutting, and each process's rows of the cut."""
+
 import numpy as np
 import pytest
 
 from multidev import MultidevError, cut, shard_bounds, shard_sizes, split
+from multidev.rules.split import cut_for_process
 
 
 @pytest.mark.parametrize("k", range(1, 9))
@@ -59,3 +62,23 @@ def test_cut_hands_each_device_its_rows_and_labels_in_device_order():
     assert [list(part[:, 0]) for part in shards.x] == [[0, 2], [], [4, 6], [8]]
     assert [list(part) for part in shards.y] == [[0, 10], [], [20, 30], [40]]
     assert cut(x, None, [5]).y is None  # prediction: no labels
+
+
+def test_each_process_reads_its_own_rows_of_the_one_process_cut():
+    """2 processes x 2 devices hold exactly what 1 process x 4 devices would, rank-major."""
+    x, y = np.arange(30).reshape(10, 3), np.arange(10)
+    index = np.random.default_rng(0).permutation(10)
+    sizes = shard_sizes(10, 4)  # [3, 3, 2, 2]
+    whole = cut(x[index], y[index], sizes)
+    for rank in (0, 1):
+        mine = cut_for_process(x, y, index, sizes, rank, 2)
+        assert [a.tolist() for a in mine.x] == [a.tolist() for a in whole.x[2 * rank:2 * rank + 2]]
+        assert mine.batch == 10 and mine.total == sum(sizes[2 * rank:2 * rank + 2])
+        assert mine.own([0, 1, 2, 3]) == [0, 1] and mine.own([1, 2]) == ([1] if rank == 0 else [0])
+
+
+def test_devices_that_sit_out_are_seen_by_every_process():
+    """3 rows over 2 x 2 devices: the last device of process 1 is empty, and process 0 knows it."""
+    x, y = np.zeros((3, 1)), np.zeros(3)
+    mine = cut_for_process(x, y, np.arange(3), shard_sizes(3, 4), 0, 2)
+    assert mine.active == [0, 1] and mine.group_active == [0, 1, 2] and mine.batch == 3
