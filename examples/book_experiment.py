@@ -13,8 +13,8 @@ import argparse
 from pathlib import Path
 
 import multidev
+from multidev import Settings
 from multidev.comparison.report import write_report
-from multidev.comparison.runs import RunSpec
 from multidev.data import fashion_mnist
 
 
@@ -38,8 +38,9 @@ def main() -> None:
                         help="also run each setting in float64 and measure how far the float32 runs part from it")
     args = parser.parse_args()
     dataset = dataset_available(args.data_dir)
-    runs = [RunSpec(backend, devices, model="resnet18", dataset=dataset, epochs=args.epochs, batch_size=batch,
-                    lr=lr, data_dir=args.data_dir, gpus=args.gpus)
+    where = "gpus" if args.gpus else "devices"
+    runs = [Settings(backend, model="resnet18", dataset=dataset, epochs=args.epochs, batch_size=batch, lr=lr,
+                     data_dir=args.data_dir, **{where: devices})
             for backend in args.backends.split(",") for devices, batch, lr in ((1, 256, 0.1), (2, 512, 0.2))]
     outcomes = multidev.compare(runs=runs, progress=True, truth=args.truth)
     files = write_report(outcomes, Path(args.out))

@@ -1,10 +1,9 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import multidev
-from multidev.comparison.runs import RunSpec
+from multidev import Settings
 
 
 def test_compare_runs_every_combination_and_reports_failures(tmp_path):
@@ -43,11 +42,9 @@ def test_compare_runs_every_combination_and_reports_failures(tmp_path):
 def test_divergence_tells_rounding_from_another_definition(tmp_path):
     """A run with another learning rate is no rounding; the same job again is (on any CPU: torch repeats
     itself bit for bit, where two float32 engines might part at a flipped ReLU)."""
-    from multidev.comparison.runs import RunSpec
-
     settings = dict(model="lenet", dataset="synthetic", epochs=1, batch_size=64)
-    outcomes = multidev.compare(runs=[RunSpec("torch", 1, lr=0.1, **settings), RunSpec("torch", 1, lr=0.1, **settings),
-                                      RunSpec("torch", 1, lr=0.12, **settings)], truth=True, out=tmp_path)
+    outcomes = multidev.compare(runs=[Settings("torch", 1, lr=0.1, **settings), Settings("torch", 1, lr=0.1, **settings),
+                                      Settings("torch", 1, lr=0.12, **settings)], truth=True, out=tmp_path)
     truth, scale, same, other = outcomes
     assert truth.spec.dtype == "float64" and scale.verdict.startswith("rounding scale")
     assert same.verdict == "rounding", same.verdict
@@ -56,19 +53,19 @@ def test_divergence_tells_rounding_from_another_definition(tmp_path):
 
 
 def test_compare_from_python_returns_outcomes():
-    outcomes = multidev.compare(runs=[RunSpec("torch", 1, model="lenet", dataset="synthetic", epochs=1)], truth=False)
+    outcomes = multidev.compare(runs=[Settings("torch", 1, model="lenet", dataset="synthetic", epochs=1)], truth=False)
     assert len(outcomes) == 1 and outcomes[0].error is None  # no float64 run asked for
     assert outcomes[0].result.test_total == 128 and outcomes[0].divergence is None
 
 
 def test_compare_runs_each_engine_as_several_processes_when_asked():
     """`multidev compare --processes 2`: every run is one job of 2 workers, labelled so."""
-    from multidev.cli.commands import _parser
+    from multidev.cli.parser import parser
 
-    args = _parser().parse_args(["compare", "--backends", "torch", "--out", "o", "--processes", "2"])
+    args = parser().parse_args(["compare", "--backends", "torch", "--out", "o", "--processes", "2"])
     assert args.processes == 2
-    spec = RunSpec("jax", 1, processes=2)
+    spec = Settings("jax", 1, processes=2)
     assert spec.label == "jax 2p x1"
-    argv = spec.argv(Path("r.json"))
+    argv = spec.replace(json="r.json").to_argv()
     assert argv[argv.index("--processes") + 1] == "2" and argv[argv.index("--devices") + 1] == "1"
-    assert "--processes" not in RunSpec("jax", 2).argv(Path("r.json"))
+    assert "--processes" not in Settings("jax", 2).to_argv()

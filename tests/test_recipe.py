@@ -95,17 +95,18 @@ def test_warmup_longer_than_the_run_is_refused():
 
 
 def test_recipe_round_trips_through_flags_and_settings():
-    from multidev.cli.commands import _parser
-    from multidev.settings.recipe import from_args
+    from multidev import Settings
+    from multidev.cli.parser import parser
+    from multidev.settings.run import from_args
 
-    recipes = [Recipe(), Recipe.of(momentum=0.9, nesterov=True, weight_decay=5e-4, schedule="step", milestones="5,8",
-                                   factor=0.2, warmup_epochs=0.5, accumulate=3, precision="bf16", tf32=True),
-               Recipe.of(optimizer="adamw", betas=(0.8, 0.95), eps=1e-6, weight_decay=0.05, schedule="cosine",
-                         warmup_steps=7)]
-    for recipe in recipes:
-        args = _parser().parse_args(["train", *recipe.argv()])
-        assert from_args(args) == recipe
-        assert Recipe.from_settings(recipe.settings()) == recipe
+    runs = [Settings(), Settings(momentum=0.9, nesterov=True, weight_decay=5e-4, schedule="step", milestones="5,8",
+                                 factor=0.2, warmup_epochs=0.5, accumulate=3, precision="bf16", tf32=True),
+            Settings(optimizer="adamw", betas=(0.8, 0.95), eps=1e-6, weight_decay=0.05, schedule="cosine",
+                     warmup_steps=7)]
+    for run in runs:
+        assert from_args(parser().parse_args(run.to_argv())).recipe == run.recipe
+        assert Recipe.from_settings(run.recipe.settings()) == run.recipe
+    assert runs[1].recipe != runs[0].recipe != runs[2].recipe
 
 
 @pytest.mark.parametrize("argv, message", [

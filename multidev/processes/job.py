@@ -11,6 +11,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from multidev.errors import MultidevError
 from multidev.processes.group import ProcessGroup
 from multidev.rules.split import Shards, cut, cut_for_process
 
@@ -47,6 +48,14 @@ class Job:
     def writer(self) -> bool:
         """Rank 0 alone writes checkpoints, results and plots, and shows progress."""
         return self.group.rank == 0
+
+    def check_agreement(self, settings: Mapping[str, object]) -> None:
+        """One line, on every rank, when any rank was started with other ``settings`` than rank 0."""
+        digests = np.zeros(self.group.size)
+        digests[self.group.rank] = float(digest(settings))
+        problem = differing([int(d) for d in self.all_sum(digests)])
+        if problem:
+            raise MultidevError(problem)
 
     def shards(self, x: np.ndarray, y: Optional[np.ndarray], index: np.ndarray, sizes: Sequence[int],
                devices: int, whole: Optional[int] = None) -> Shards:

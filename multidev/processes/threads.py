@@ -32,12 +32,11 @@ def apply_threads(value: Optional[int] = None, share: int = 1) -> None:
 
 
 @contextlib.contextmanager
-def _worker_threads(processes: int):
+def worker_threads(processes: int):
     """The workers' share of the cores, for this launch only, unless the caller set OMP_NUM_THREADS."""
     if os.environ.get("OMP_NUM_THREADS", "").strip():
         yield
         return
-    from multidev.processes.threads import usable_cores
     os.environ["OMP_NUM_THREADS"] = str(max(1, usable_cores() // processes))
     try:
         yield

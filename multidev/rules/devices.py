@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 from multidev.errors import MultidevError
 
@@ -62,6 +62,31 @@ def _count(value: object, what: str) -> int:
     return count
 
 
+def canonical_request(gpus: object = None, devices: DeviceSpec = None) -> tuple[Optional[int], DeviceSpec]:
+    """``(gpus, devices)`` as a run's settings keep them: a count, or a tuple of device names; checked.
+
+    What depends on the engine (how many GPUs it sees) is left to :func:`resolve_devices`.
+    """
+    if gpus is not None and devices is not None:
+        raise MultidevError("give either gpus or devices, not both")
+    if gpus is not None:
+        return _count(gpus, "gpus"), None
+    if devices is None:
+        return None, None
+    if isinstance(devices, (int, float)) or (isinstance(devices, str) and devices.strip().lstrip("-").isdigit()):
+        return None, _count(devices, "devices")
+    names = devices.split(",") if isinstance(devices, str) else devices
+    if isinstance(names, Device):
+        names = [names]
+    try:
+        chosen = [Device.parse(n) for n in names]  # type: ignore[union-attr]
+    except TypeError:
+        raise MultidevError(f"devices must be a count or device names, got {devices!r}") from None
+    if not chosen:
+        raise MultidevError("devices is empty: name at least one, e.g. cpu:0")
+    return None, tuple(str(d) for d in chosen)
+
+
 def resolve_devices(*, gpus: object = None, devices: DeviceSpec = None, gpu_count: int = 0,
                     max_cpu: int | None = None, first_gpu: int = 0) -> list[Device]:
     """Turn the user's request into concrete device names.
@@ -71,10 +96,9 @@ def resolve_devices(*, gpus: object = None, devices: DeviceSpec = None, gpu_coun
     is this process's place among the processes of its machine: ``gpus=k``
     then takes GPUs ``first_gpu * k`` to ``first_gpu * k + k - 1``.
     """
-    if gpus is not None and devices is not None:
-        raise MultidevError("give either gpus or devices, not both")
+    gpus, devices = canonical_request(gpus, devices)
     if gpus is not None:
-        k = _count(gpus, "gpus")
+        k = gpus
         if gpu_count >= (first_gpu + 1) * k:
             chosen = [Device("gpu", first_gpu * k + i) for i in range(k)]
         else:
@@ -83,18 +107,10 @@ def resolve_devices(*, gpus: object = None, devices: DeviceSpec = None, gpu_coun
             chosen = [Device("cpu", i) for i in range(k)]
     elif devices is None:
         chosen = [Device("cpu", 0)]
-    elif isinstance(devices, (int, float)) or (isinstance(devices, str) and devices.strip().lstrip("-").isdigit()):
-        chosen = [Device("cpu", i) for i in range(_count(devices, "devices"))]
+    elif isinstance(devices, int):
+        chosen = [Device("cpu", i) for i in range(devices)]
     else:
-        names = devices.split(",") if isinstance(devices, str) else devices
-        if isinstance(names, Device):
-            names = [names]
-        try:
-            chosen = [Device.parse(n) for n in names]  # type: ignore[union-attr]
-        except TypeError:
-            raise MultidevError(f"devices must be a count or device names, got {devices!r}") from None
-        if not chosen:
-            raise MultidevError("devices is empty: name at least one, e.g. cpu:0")
+        chosen = [Device.parse(n) for n in devices]  # type: ignore[union-attr]
     if len(set(chosen)) != len(chosen):
         raise MultidevError(f"devices repeat a name: {', '.join(map(str, chosen))}")
     gpus_named = [d for d in chosen if d.kind == "gpu"]

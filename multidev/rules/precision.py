@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from multidev.errors import MultidevError
+from multidev.rules.numbers import whole_number
 
 DTYPES = ("float32", "float64")
 
@@ -26,6 +25,4 @@ def check_precision(precision: str, dtype: str = "float32") -> None:
 
 
 def check_accumulate(accumulate: object) -> int:
-    if isinstance(accumulate, bool) or not isinstance(accumulate, (int, np.integer)) or accumulate < 1:
-        raise MultidevError(f"accumulate must be a whole number of micro-batches of at least 1, got {accumulate!r}")
-    return int(accumulate)
+    return whole_number(accumulate, "accumulate", unit=" of micro-batches")

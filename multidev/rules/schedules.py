@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from multidev.errors import MultidevError
+from multidev.rules.numbers import whole_number
 
 SCHEDULES = ("constant", "step", "cosine")
 
@@ -44,8 +45,7 @@ class Schedule:
         if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) \
                 or not 0 < self.factor <= 1 or not math.isfinite(self.factor):
             raise MultidevError(f"the schedule's factor must be in (0, 1], got {self.factor!r}")
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise MultidevError(f"warm-up steps must be a whole number of 0 or more, got {self.warmup_steps!r}")
+        object.__setattr__(self, "warmup_steps", whole_number(self.warmup_steps, "warm-up steps", minimum=0))
         if isinstance(self.warmup_epochs, bool) or not isinstance(self.warmup_epochs, (int, float)) \
                 or not math.isfinite(self.warmup_epochs) or self.warmup_epochs < 0:
             raise MultidevError(f"warm-up epochs must be 0 or more, got {self.warmup_epochs!r}")
