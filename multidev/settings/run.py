@@ -28,6 +28,7 @@ from multidev.rules.schedules import SCHEDULES, Schedule, parse_milestones
 from multidev.settings import fields as _fields
 from multidev.settings.fields import setting
 from multidev.settings.recipe import Recipe
+from multidev.training.rhythm import every
 
 RECIPE = "recipe (docs/contract.md: Optimizers, Learning-rate schedules, Gradient accumulation, Mixed precision)"
 JOB = "processes and machines (docs/contract.md: Process groups)"
@@ -134,6 +135,10 @@ class Settings:
     # outputs: rank 0 alone writes them
     checkpoint: Optional[str] = setting(None, "--checkpoint", "save the model here after every epoch (atomically)",
                                         check=_path, agree=False, commands=("train",), group=OUTPUT)
+    checkpoint_every: Optional[int | str] = setting(
+        None, "--checkpoint-every", "also save mid-epoch, every this many updates (e.g. 50) or this long (e.g. "
+        "10m, 90s, 1h), so a stopped job loses at most that much", check=every, agree=False, commands=("train",),
+        group=OUTPUT)
     resume: Optional[str] = setting(None, "--resume", "continue from this checkpoint", check=_path,
                                     agree="presence", commands=("train",), group=OUTPUT)
     trace: Optional[str] = setting(None, "--trace", "folder to keep the parameters of the first steps and every "
@@ -163,6 +168,8 @@ class Settings:
                         Schedule(self.schedule, self.milestones, self.factor, self.warmup_steps, self.warmup_epochs),
                         self.accumulate, self.precision, self.tf32)
         check_precision(self.precision, self.dtype)
+        if self.checkpoint_every is not None and self.checkpoint is None:
+            raise MultidevError("--checkpoint-every needs --checkpoint PATH: the file to save to")
         object.__setattr__(self, "_recipe", recipe)
         object.__setattr__(self, "_launch", Launch(self.processes, self.nnodes, self.node_rank, self.master))
 

@@ -87,7 +87,7 @@ def _finite(loss_sum: float, epoch: int, step: int) -> None:
 
 
 def train_epoch(replicas: Replicas, epoch: Epoch, *, start: Optional[Position] = None, stop: object = False,
-                on_step: Optional[Callable[[int, bool], None]] = None) -> tuple[float, float, float]:
+                on_step: Optional[Callable[[Position, bool], None]] = None) -> tuple[float, float, float]:
     """One pass over the training set; returns (mean loss, accuracy, seconds without compilation).
 
     An update takes ``accumulate`` micro-batches of ``batch_size`` rows (the
@@ -95,7 +95,7 @@ def train_epoch(replicas: Replicas, epoch: Epoch, *, start: Optional[Position] =
     micro-batch is placed while the current one runs (``prefetch``).
     ``start`` resumes mid-epoch; when ``stop`` turns true between two updates
     the epoch ends early by raising :class:`Stopped` with its position.
-    ``on_step(step, last_of_epoch)`` runs after every update. In a job of
+    ``on_step(position, last_of_epoch)`` runs after every update. In a job of
     several processes every rank stops at the same step when any of them got
     the signal.
     """
@@ -127,7 +127,7 @@ def train_epoch(replicas: Replicas, epoch: Epoch, *, start: Optional[Position] =
                 bar.update()
                 bar.set_postfix(loss=f"{at.loss / at.seen:.3f}", refresh=False)
             if on_step is not None:
-                on_step(step, step == total)
+                on_step(replace(at, seconds=seconds()), step == total)
             if stopping and step < total:
                 raise Stopped(replace(at, seconds=seconds()))
     return at.loss / at.seen, at.correct / at.seen, seconds()

@@ -26,6 +26,7 @@ from multidev.settings.run import Settings
 from multidev.training.evaluate import evaluate
 from multidev.training.interrupt import Interrupted, StopFlag, stop_at_step_boundary
 from multidev.training.loop import Epoch, Position, Stopped, train_epoch
+from multidev.training.rhythm import Rhythm
 
 OnEpoch = Optional[Callable[[EpochRecord], None]]
 
@@ -76,6 +77,7 @@ class Training:
     result: Result
     seed: int
     trace: Optional[Trace] = None
+    rhythm: Rhythm = field(default_factory=lambda: Rhythm(None))
 
     @property
     def steps_per_epoch(self) -> int:
@@ -96,11 +98,18 @@ class Training:
                   backend=self.engine.name, history=[vars(e) for e in self.result.epochs],
                   position=vars(position) if position else None, recipe=s.recipe.settings(), optimizer_state=extra)
 
-    def on_step(self, epoch: int) -> Optional[Callable[[int, bool], None]]:
-        if self.trace is None:
-            return None
+    def on_step(self, epoch: int) -> Callable[[Position, bool], None]:
+        """After each update: the trace's steps, and a mid-epoch checkpoint when ``checkpoint_every`` says so."""
         steps = self.steps_per_epoch
-        return lambda step, last: self.trace((epoch - 1) * steps + step, last, self.replicas)  # type: ignore[misc]
+
+        def after(at: Position, last: bool) -> None:
+            update = (epoch - 1) * steps + at.step
+            if self.trace is not None:
+                self.trace(update, last, self.replicas)
+            if not last and self.rhythm.due(update):
+                self.save(epoch - 1, at)
+
+        return after
 
     def epoch(self, number: int, position: Optional[Position], stop: StopFlag) -> EpochRecord:
         """Train and evaluate epoch ``number``; a signal saves where it stopped and raises Interrupted."""
@@ -160,7 +169,7 @@ def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch =
         replicas.load_optimizer_state(start.optimizer_state)  # type: ignore[attr-defined]
     trace = Trace(s.trace, spec) if s.trace is not None else None
     training = Training(engine, s, job, data, spec, replicas, _result(engine, s, data, chosen, job, start),
-                        start.seed, trace)
+                        start.seed, trace, Rhythm(s.checkpoint_every))
     return training.run(start, on_epoch)
 
 
@@ -172,7 +181,7 @@ def run_in_group(engine: Backend, joined: Joined, s: Settings, on_epoch: OnEpoch
         job = Job(joined.group, engine.all_sum)  # type: ignore[attr-defined]
         job.check_agreement(s.agreement())
         if not job.writer:  # one writer, one progress bar, one set of epoch lines
-            s = s.replace(checkpoint=None, trace=None, json=None, plot=None, progress=False)
+            s = s.replace(checkpoint=None, checkpoint_every=None, trace=None, json=None, plot=None, progress=False)
             on_epoch = None
         return run_here(engine, s, job, on_epoch, joined.local_rank)
     finally:

@@ -43,6 +43,7 @@ OFF_DEFAULT = {
     "node_rank": {"node_rank": 1, "nnodes": 2},
     "master": {"master": "10.1.2.3:1234"},
     "checkpoint": {"checkpoint": "ck.npz"},
+    "checkpoint_every": {"checkpoint_every": "10m", "checkpoint": "ck.npz"},
     "resume": {"resume": "ck.npz"},
     "trace": {"trace": "trace-folder"},
     "json": {"json": "out.json"},
