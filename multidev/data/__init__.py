@@ -1,4 +1,10 @@
-"""Data sets and the engine-independent pipeline."""
+"""Data sets and the engine-independent pipeline (contract: Data order, Input pipeline).
+
+``datasets`` holds the sets as NumPy arrays in the core's NCHW layout
+(the embedded digits, Fashion-MNIST through ``fashion_mnist`` and ``idx``,
+a synthetic set); ``loader`` gives every epoch's seeded order and its
+minibatches, the same on every engine, device count and process count.
+"""
 
 from multidev.data.datasets import DATASETS, Dataset, digits, load_dataset, synthetic
 from multidev.data.loader import batches, epoch_order, num_batches
