@@ -74,7 +74,7 @@ class Settings:
 
     Every field is also a ``multidev train`` flag (its name with dashes) but
     ``shard_weights``; ``multidev.train(**kwargs)`` takes them as keyword
-    arguments. Read the fields' help with ``multidev train --help``.
+    arguments.
     """
 
     backend: Any = setting("torch", "--backend", "engine: see `multidev backends` (or an engine object, in Python)",
@@ -147,10 +147,10 @@ class Settings:
                                   commands=("train",), group=OUTPUT)
     plot: Optional[str] = setting(None, "--plot", "write a PNG of accuracy per epoch here", check=_path,
                                   agree=False, commands=("train",), group=OUTPUT)
-    progress: bool = setting(False, "--no-progress", "no progress bars", agree=False, cli_default=True,
-                             group=OUTPUT)
-    prefetch: bool = setting(True, "--no-prefetch", "place each minibatch when its step starts, not during the "
-                             "step before", agree=False)
+    progress: bool = setting(False, "--no-progress", "progress bars (on by default on the command line; "
+                             "--no-progress: none)", agree=False, cli_default=True, group=OUTPUT)
+    prefetch: bool = setting(True, "--no-prefetch", "place the next minibatch during the step before (--no-prefetch: "
+                             "when its own step starts)", agree=False)
     shard_weights: Optional[tuple[float, ...]] = setting(
         None, None, "rows per device in proportion to these (one process; checked against the devices)",
         check=_weights)
@@ -242,6 +242,14 @@ class Settings:
 
 
 DEFAULTS = {f.name: f.default for f, _ in _fields.fields(Settings)}
+
+
+def described() -> str:
+    """Every setting with its default and meaning, one line each: for ``train``'s and ``Settings``' docstrings."""
+    return "\n    ".join(f"- ``{f.name}`` ({f.default!r}): {meta.help}" for f, meta in _fields.fields(Settings))
+
+
+Settings.__doc__ = (Settings.__doc__ or "") + "\n    The settings:\n\n    " + described() + "\n"
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:

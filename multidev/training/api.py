@@ -11,7 +11,7 @@ from multidev.errors import MultidevError
 from multidev.outputs.result import Result
 from multidev.processes.group import Joined, from_environment
 from multidev.settings import fields
-from multidev.settings.run import DEFAULTS, Settings
+from multidev.settings.run import DEFAULTS, Settings, described
 from multidev.training.run import OnEpoch, run_here, run_in_group
 
 __all__ = ["DEFAULTS", "train"]
@@ -92,5 +92,4 @@ def _signature() -> inspect.Signature:
 
 
 train.__signature__ = _signature()  # type: ignore[attr-defined]
-train.__doc__ = (train.__doc__ or "").replace("{settings}", "\n    ".join(
-    f"- ``{f.name}`` ({f.default!r}): {meta.help}" for f, meta in fields.fields(Settings)))
+train.__doc__ = (train.__doc__ or "").replace("{settings}", described())
