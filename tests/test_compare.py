@@ -19,9 +19,9 @@ def test_compare_runs_every_combination_and_reports_failures(tmp_path):
     assert runs[3]["result"]["devices"] == ["cpu:0", "cpu:1"] and runs[3]["error"] is None
     assert "unknown backend 'nosuchengine'" in runs[4]["error"] and runs[4]["result"] is None
     table = (out / "results.md").read_text().splitlines()
-    assert table[0].startswith("| engine | devices | dtype |") and len(table) == 8
-    assert table[2].startswith("| torch | 1 | float64 | 64 |") and table[2].endswith("| truth |  |")
-    assert table[5].startswith("| torch | 2 | float32 | 64 |") and "failed: unknown backend" in table[6]
+    assert table[0].startswith("| run | engine | devices | dtype |") and len(table) == 8
+    assert table[2].startswith("| torch x1 float64 | torch | 1 | float64 | 64 |") and table[2].endswith("| truth |  |")
+    assert table[5].startswith("| torch x2 | torch | 2 | float32 | 64 |") and "failed: unknown backend" in table[6]
     for png in ("accuracy.png", "throughput.png", "divergence.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     # Same seed, same data order, same split rule: one and two devices start from the same weights,
