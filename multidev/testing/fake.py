@@ -27,6 +27,8 @@ FAULTS = {
     "drop-remainder": "places the largest even part of the batch and drops the remaining rows",
     "skip-broadcast": "updates device 0 only; the other replicas keep their old weights",
     "count-twice": "evaluation counts one sample of every batch of several rows twice",
+    "drop-a-sample": "evaluation leaves the last sample of every batch of several rows out of its sums and count",
+    "softmax-predict": "prediction returns probabilities (the softmax of the logits) instead of logits",
     "skip-allreduce": "takes the gradient of the first device's shard alone (weight n_0 / B)",
     "weigh-1/k": "weighs every shard's mean gradient 1/k instead of n_i / B",
     "decoupled-sgd-decay": "decays sgd's weights apart from the gradient (w *= 1 - lr * decay), as AdamW does",
@@ -127,12 +129,22 @@ class FakeReplicas:
         self.opt_state = {name: np.array(state[name], np.int64 if name == optim.STEP else self.dtype)
                           for name in self.setup.optimizer.state_names(self.setup.spec)}
 
-    def predict(self, batch: Shards) -> np.ndarray:
+    def _logits(self, batch: Shards) -> np.ndarray:
         return reference.predict(self.setup.spec, self.states[0], np.concatenate(batch.x), self.dtype)
+
+    def predict(self, batch: Shards) -> np.ndarray:
+        logits = self._logits(batch)
+        if self.fault == "softmax-predict":
+            e = np.exp(logits - logits.max(axis=1, keepdims=True))
+            return e / e.sum(axis=1, keepdims=True)
+        return logits
 
     def evaluate(self, batch: Shards) -> StepStats:
         x, y = self._whole(batch)
-        loss, correct, _ = reference.layers.softmax_cross_entropy(self.predict(batch), y.astype(np.int64), len(x))
+        logits = self._logits(batch)
+        if self.fault == "drop-a-sample" and len(x) > 1:
+            x, y, logits = x[:-1], y[:-1], logits[:-1]
+        loss, correct, _ = reference.layers.softmax_cross_entropy(logits, y.astype(np.int64), len(x))
         return StepStats(loss, correct, len(x) + (self.fault == "count-twice" and len(x) > 1))
 
     def state(self) -> State:
