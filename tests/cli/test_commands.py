@@ -1,4 +1,7 @@
+"""The commands as a user runs them: output, files, and every mistake refused in one line."""
+
 import json
+import re
 import subprocess
 import sys
 
@@ -47,54 +50,87 @@ def test_resume_past_the_end_is_a_clear_error(tmp_path):
     args = ["train", "--model", "lenet", "--dataset", "synthetic", "--no-progress", "--checkpoint", str(ck)]
     assert run(*args, "--epochs", "1").returncode == 0
     proc = run(*args, "--epochs", "1", "--resume", str(ck))
-    assert proc.returncode == 2 and "raise --epochs" in proc.stderr
+    assert_clear_error(proc, "a resume past the end", f"nothing to train: {ck} is already at epoch 1; raise --epochs")
 
 
-#: Mistakes the core catches before any engine runs: one line on stderr, exit code 2, no traceback.
+#: Mistakes the core catches before any engine runs: exit code 2, no traceback, and on stderr this one line
+#: after "multidev: error: " (a str: the whole line; a pattern: the line in full, where it names what is installed)
 BAD = {
-    "zero devices": ["--devices", "0"],
-    "negative devices": ["--devices", "-2"],
-    "zero batch size": ["--batch-size", "0"],
-    "negative learning rate": ["--lr", "-0.1"],
-    "nan learning rate": ["--lr", "nan"],
-    "unknown model": ["--model", "vgg"],
-    "unknown data set": ["--dataset", "cifar"],
-    "unwritable output": ["--json", "/nonexistent-folder/out.json"],
-    "bad device name": ["--devices", "tpu:0"],
-    "float64 on an engine without it": ["--dtype", "float64", "--backend", "mxnet", "--batchnorm", "sync",
-                                        "--devices", "2"],
+    "zero devices": (["--devices", "0"], "devices must be at least 1, got 0: ask for one device or more"),
+    "negative devices": (["--devices", "-2"], "devices must be at least 1, got -2: ask for one device or more"),
+    "zero batch size": (["--batch-size", "0"], "batch size must be a whole number of at least 1, got 0"),
+    "zero epochs": (["--epochs", "0"], "epochs must be a whole number of at least 1, got 0"),
+    "negative learning rate": (["--lr", "-0.1"], "learning rate must be a positive finite number, got -0.1"),
+    "nan learning rate": (["--lr", "nan"], "learning rate must be a positive finite number, got nan"),
+    "unknown model": (["--model", "vgg"], "argument --model: invalid choice: 'vgg' (choose from 'resnet18', "
+                                          "'lenet') (see `multidev train --help`)"),
+    "unknown data set": (["--dataset", "cifar"], "argument --dataset: invalid choice: 'cifar' (choose from 'digits', "
+                                                 "'fashion-mnist', 'synthetic') (see `multidev train --help`)"),
+    "unknown engine": (["--backend", "nope"], re.compile(r"unknown backend 'nope': choose one of [a-z, ]*torch.*")),
+    "unwritable output": (["--json", "/nonexistent-folder/out.json"],
+                          "--json /nonexistent-folder/out.json: folder /nonexistent-folder does not exist or is not "
+                          "writable"),
+    "unwritable plot": (["--plot", "/proc/forbidden/curve.png"],
+                        "--plot /proc/forbidden/curve.png: folder /proc/forbidden does not exist or is not writable"),
+    "missing checkpoint": (["--resume", "/nonexistent/c.npz"],
+                           "checkpoint /nonexistent/c.npz does not exist: check the path given to --resume"),
+    "devices and gpus": (["--devices", "2", "--gpus", "2"],
+                         "argument --gpus: not allowed with argument --devices (see `multidev train --help`)"),
+    "bad device name": (["--devices", "tpu:0"], "bad device name 'tpu:0': write kind:index, e.g. cpu:0 or gpu:1"),
+    "float64 on an engine without it": (["--dtype", "float64", "--backend", "mxnet", "--batchnorm", "sync",
+                                         "--devices", "2"],
+                                        "the mxnet engine runs float64 with local BatchNorm or on one device only: "
+                                        "use batchnorm='local', or float32"),
 }
 
 
-def assert_clear_error(proc, what):
+def assert_clear_error(proc, what, line):
+    """Exit code 2, no traceback, and stderr exactly one line: ``line`` (a str, or a pattern it matches in full)."""
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, f"{what} exits {proc.returncode}, not 2; stderr: {proc.stderr[-300:]}"
     assert "Traceback" not in proc.stderr, f"{what} prints a traceback"
     assert len(lines) == 1 and lines[0].startswith("multidev: error: "), f"{what}: {lines}"
+    got = lines[0].removeprefix("multidev: error: ")
+    if isinstance(line, re.Pattern):
+        assert line.fullmatch(got), f"{what}: {got!r} does not match {line.pattern!r}"
+    else:
+        assert got == line, f"{what}: {got!r}"
 
 
 @pytest.mark.parametrize("what", sorted(BAD))
 def test_bad_input_is_one_clear_line(what):
-    assert_clear_error(run("train", "--epochs", "1", "--no-progress", *BAD[what]), what)
+    argv, line = BAD[what]
+    assert_clear_error(run("train", "--epochs", "1", "--no-progress", *argv), what, line)
 
 
 def test_corrupt_data_file(tmp_path):
+    """The first file checked is named with its folder, and with the checksum it should have."""
     from multidev.data.fashion_mnist import FILES
     for name in FILES:
         (tmp_path / name).write_bytes(b"not an idx file")
     proc = run("train", "--dataset", "fashion-mnist", "--data-dir", str(tmp_path), "--no-progress")
-    assert_clear_error(proc, "a corrupt data file")
-    assert "MD5" in proc.stderr and str(tmp_path) in proc.stderr
+    first = next(iter(FILES))
+    assert_clear_error(proc, "a corrupt data file", re.compile(
+        rf"{re.escape(str(tmp_path / first))} fails its MD5 check \(got [0-9a-f]{{32}}, published {FILES[first]}\): "
+        rf"delete it and run again, or put the official file there"))
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--backend", "nope"], "unknown backend 'nope'"),
-    (["--epochs", "0"], "epochs must be"),
-    (["--plot", "/proc/forbidden/curve.png"], "not writable"),
-    (["--resume", "/nonexistent/c.npz"], "does not exist"),
-    (["--devices", "2", "--gpus", "2"], "not allowed with argument"),
+@pytest.mark.parametrize("argv, line", [
+    (["--momentum", "1.5"], "momentum must be in [0, 1), got 1.5"),
+    (["--weight-decay", "-1"], "weight decay must be 0 or more, got -1.0"),
+    (["--optimizer", "adamw", "--betas", "0.9,1.0"], "adamw betas must be two numbers in [0, 1), got (0.9, 1.0)"),
+    (["--betas", "0.9"], "--betas takes two numbers separated by a comma, e.g. 0.9,0.999; got '0.9'"),
+    (["--accumulate", "0"], "accumulate must be a whole number of micro-batches of at least 1, got 0"),
+    (["--warmup-epochs", "20", "--epochs", "2"], "the warm-up (240 steps) is as long as the run or longer (24 steps "
+                                                 "of 2 epochs): shorten the warm-up or raise --epochs"),
+    (["--precision", "bf16", "--dtype", "float64"], "precision bf16 keeps float32 master weights: leave dtype at "
+                                                    "float32, not float64"),
 ])
-def test_core_user_errors(args, message):
-    proc = run("train", "--no-progress", *args)
-    assert proc.returncode == 2 and message in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+def test_bad_recipe_flags_are_one_line(argv, line):
+    assert_clear_error(run("train", "--no-progress", *argv), " ".join(argv), line)
+
+
+def test_a_job_with_a_warmup_longer_than_the_run_is_refused_before_any_worker_starts():
+    proc = run("train", "--processes", "2", "--warmup-epochs", "3", "--epochs", "2", "--no-progress")
+    assert_clear_error(proc, "a job with a warm-up longer than the run", "the warm-up (3 epochs) is as long as the "
+                       "run or longer (2 epochs): shorten the warm-up or raise --epochs")

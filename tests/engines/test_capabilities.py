@@ -1,8 +1,13 @@
 """What a run needs of an engine, and how the core refuses what the engine does not claim."""
 
+import pytest
+
 from multidev import ProcessGroup, Setup
 from multidev.engines.capabilities import needed
+from multidev.errors import MultidevError
 from multidev.testing import LENET
+from multidev.testing.fake import FakeEngine
+from multidev.training.api import train
 
 
 def test_sync_batchnorm_over_processes_is_a_capability_of_its_own():
@@ -11,3 +16,8 @@ def test_sync_batchnorm_over_processes_is_a_capability_of_its_own():
         "sync_batchnorm", "multi_process", "sync_batchnorm_processes"}
     assert Setup(LENET, ["cpu:0"], "sync", group=ProcessGroup(0, 2)).needs() == needed(
         dtype="float32", batchnorm="sync", processes=2)
+
+
+def test_an_engine_without_bf16_is_refused_in_one_line():
+    with pytest.raises(MultidevError, match="the fake engine does not offer bf16: use --precision fp32"):
+        train(FakeEngine(), precision="bf16", epochs=1)

@@ -7,7 +7,11 @@ import sys
 import numpy as np
 import pytest
 
-from multidev import ModelSpec, MultidevError, load_checkpoint, save_checkpoint
+from multidev import ModelSpec, MultidevError, Settings, load_checkpoint, save_checkpoint
+from multidev.outputs import checkpoint as ckpt
+from multidev.rules.optimizers import STEP, Optimizer
+from multidev.settings.recipe import Recipe
+from multidev.testing import LENET
 
 SPEC = ModelSpec("lenet", (1, 16, 16), 10)
 
@@ -78,3 +82,27 @@ def test_bad_checkpoint_is_one_clear_line(tmp_path, what):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert message in lines[0] and name in lines[0], lines[0]
+
+
+def test_the_recipe_a_checkpoint_records_reads_back():
+    """The recipe, as a checkpoint's JSON metadata holds it, reads back the same (flags: tests/settings/test_run.py)."""
+    runs = [Settings(), Settings(momentum=0.9, nesterov=True, weight_decay=5e-4, schedule="step", milestones="5,8",
+                                 factor=0.2, warmup_epochs=0.5, accumulate=3, precision="bf16", tf32=True),
+            Settings(optimizer="adamw", betas=(0.8, 0.95), eps=1e-6, weight_decay=0.05, schedule="cosine",
+                     warmup_steps=7)]
+    for run in runs:
+        assert Recipe.from_settings(json.loads(json.dumps(run.recipe.settings()))) == run.recipe
+    assert runs[1].recipe != runs[0].recipe != runs[2].recipe
+
+
+def test_checkpoint_keeps_optimizer_state(tmp_path):
+    opt = Optimizer(momentum=0.9)
+    state = opt.init_state(LENET, np.float32)
+    state[STEP] = np.array(7, np.int64)
+    path = ckpt.save(tmp_path / "c.npz", LENET, LENET.init(0), optimizer_state=state, epoch=1, seed=0,
+                     recipe=Recipe(opt).settings())
+    spec, params, meta = ckpt.load(path)
+    assert spec == LENET and set(params) == {p.name for p in LENET.params()}
+    got = ckpt.load_optimizer_state(path)
+    assert sorted(got) == sorted(state) and int(got[STEP]) == 7
+    assert Recipe.from_settings(meta["recipe"]).optimizer == opt
