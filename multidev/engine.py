@@ -8,6 +8,7 @@ the core's own business and may change without notice to engine authors.
 from __future__ import annotations
 
 from multidev.engines.capabilities import CAPABILITIES
+from multidev.engines.idioms import MultiProcess, ReplicaStates, first_line, labels, predictions
 from multidev.engines.lockstep import AllGather, combine_moments, run_lockstep
 from multidev.engines.protocol import (
     Backend,
@@ -22,6 +23,7 @@ from multidev.errors import MultidevError
 from multidev.processes.group import ProcessGroup
 from multidev.processes.launch import Launch
 from multidev.processes.spawn import Helper, cause, spawn, worker_failed
+from multidev.processes.threads import usable_cores
 from multidev.rules.batchnorm import (
     BN_EPS,
     BN_MOMENTUM,
@@ -47,4 +49,6 @@ __all__ = [
     "OptimizerState", "PRECISIONS", "Param", "Placed", "ProcessGroup", "STEP", "check_state", "slot_name",
     "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments", "lenet_flat_features",
     "resnet18_blocks", "run_lockstep", "running_statistic", "spawn", "statistic_sources", "worker_failed",
+    # idioms every engine shares (multidev.engines.idioms), and the cores a process may run on
+    "MultiProcess", "ReplicaStates", "first_line", "labels", "predictions", "usable_cores",
 ]

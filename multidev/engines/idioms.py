@@ -1,0 +1,93 @@
+"""What every engine wrote for itself, written once: small idioms an engine calls or inherits.
+
+Each of these stood in two to four engines, in slightly different words;
+``multidev.engine`` exports them, so an engine reads as its framework's work
+alone:
+
+- :func:`labels`: each device's labels, or ``None`` for each in a prediction batch (``Shards.y`` is ``None``);
+- :func:`predictions`: the devices' logits in sample order, a ``(0, classes)`` array when no device has rows;
+- :func:`first_line`: the first line of an exception's message, for the contract's one-line errors;
+- :class:`ReplicaStates`: ``state()`` and ``replica_states()`` from one ``replica_state(i)``, so
+  ``state()`` copies device 0's arrays alone, not every replica's;
+- :class:`MultiProcess`: ``MultiProcessBackend``'s four members, forwarded to the engine's
+  ``distributed`` module, whose ``launch``, ``join``, ``leave`` and ``all_sum`` every engine writes with
+  the same signatures.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING, ClassVar, Optional, Sequence
+
+import numpy as np
+
+from multidev.rules.models import State
+from multidev.rules.split import Shards
+
+if TYPE_CHECKING:
+    from multidev.engines.protocol import Setup
+    from multidev.processes.group import ProcessGroup
+    from multidev.processes.launch import Launch
+
+
+def labels(shards: Shards) -> Sequence[Optional[np.ndarray]]:
+    """Each device's labels in device order: ``shards.y``, or ``None`` for every device of an unlabelled batch."""
+    return shards.y if shards.y is not None else (None,) * len(shards.x)
+
+
+def predictions(parts: Sequence[np.ndarray], num_classes: int, dtype: np.dtype) -> np.ndarray:
+    """The devices' logits, in device order and so in sample order; no rows at all: a ``(0, num_classes)`` array."""
+    return np.concatenate(parts) if len(parts) else np.zeros((0, num_classes), dtype)
+
+
+def first_line(exc: BaseException, default: Optional[str] = None) -> str:
+    """The first line of ``exc``'s message, for a one-line error; ``default`` (else the type's name) if it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else (default or type(exc).__name__)
+
+
+class ReplicaStates:
+    """``state()`` and ``replica_states()`` of ``Replicas``, from the engine's ``replica_state(i)``.
+
+    ``replica_state(i)`` is device i's parameters and running statistics as
+    canonical host arrays of their own (not views of what the device holds).
+    ``state()`` copies device 0's alone: it is called after every epoch and
+    for every checkpoint, where copying k replicas to keep one is waste.
+    """
+
+    setup: "Setup"
+
+    def replica_state(self, device: int) -> State:
+        """Device ``device``'s (this process's, in ``setup.devices`` order) canonical arrays, copied to the host."""
+        raise NotImplementedError
+
+    def state(self) -> State:
+        return self.replica_state(0)
+
+    def replica_states(self) -> list[State]:
+        return [self.replica_state(i) for i in range(len(self.setup.devices))]
+
+
+class MultiProcess:
+    """The members ``MultiProcessBackend`` adds, forwarded to the engine's ``distributed`` module.
+
+    An engine that claims ``multi_process`` sets ``distributed`` to its module
+    that defines, with these very signatures, ``launch(argv, launch)``,
+    ``join(group, local_rank)``, ``leave()`` and ``all_sum(values)``
+    (docs/writing-a-backend.md); what it needs to remember between them (a
+    kvstore, the device sums go to) lives in that module.
+    """
+
+    distributed: ClassVar[ModuleType]
+
+    def launch(self, argv: Sequence[str], launch: "Launch") -> None:
+        self.distributed.launch(argv, launch)
+
+    def join(self, group: "ProcessGroup", local_rank: int) -> None:
+        self.distributed.join(group, local_rank)
+
+    def leave(self) -> None:
+        self.distributed.leave()
+
+    def all_sum(self, values: np.ndarray) -> np.ndarray:
+        return self.distributed.all_sum(values)
