@@ -3,7 +3,7 @@
 PyTorch's own SyncBatchNorm needs a torch.distributed process group; here all
 replicas live in one process, so the shards' statistics are exchanged through
 the core's ``AllGather`` while each replica runs its forward pass in its own
-thread (``multidev.lockstep``). The exchanged tensors keep their autograd
+thread (``multidev.engine.run_lockstep``). The exchanged tensors keep their autograd
 history, so one backward pass gives the exact whole-batch gradient (contract: BatchNorm).
 """
 

@@ -1,73 +1,55 @@
-"""k replicas of one model in one process: split, forward/backward, AllReduce, torch's optimizers.
+"""k replicas of one model in one process: place the shards, forward/backward, AllReduce, update, state.
 
 On CPU the replicas run one after another (measured faster here than one
 thread per replica, which fights over the same cores); with sync BatchNorm
 they run in lockstep threads so they can exchange statistics. On CUDA the
 gradients are summed with ``torch.cuda.comm``. Each replica holds its own
-``torch.optim`` optimizer; they see the same summed gradient and step alike.
+``torch.optim`` optimizer (see :mod:`.optimizers`); they see the same summed
+gradient and step alike.
 Micro-batches accumulate in each replica's own ``.grad`` (autograd adds up),
 summed over devices and processes once, before the update (as DDP's ``no_sync``).
+Running statistics are made equal after every micro-batch by one rule, in a
+process or a job: the core's ``statistic_sources``, summed here and, in a
+job, over the processes (``all_sum_tensors``).
 """
 
 from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from multidev.engine import (
-    STEP,
     AllGather,
-    Device,
     DeviceShard,
     MultidevError,
     Placed,
+    ReplicaStates,
     Setup,
     Shards,
     State,
     StepStats,
+    labels,
+    predictions,
     run_lockstep,
-    running_statistic,
-    slot_name,
     statistic_sources,
 )
 
+from . import optimizers
 from .batchnorm import BatchNorm
+from .devices import torch_device
 from .distributed import all_sum_tensors
 from .model import build
-
-
-def torch_device(device: Device) -> torch.device:
-    return torch.device("cuda", device.index) if device.kind == "gpu" else torch.device("cpu")
-
 
 Shard = DeviceShard[torch.Tensor]
 Batch = Placed[Shard]
 
-#: canonical slot -> the key torch's optimizers keep it under (AdamW's own per-parameter "step" is the count)
-_SLOTS = {"momentum": "momentum_buffer", "m": "exp_avg", "v": "exp_avg_sq"}
 
-
-def torch_optimizer(setup: Setup, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    """torch's own optimizer for ``setup.optimizer``, every setting explicit (torch's AdamW decays 0.01 by default).
-
-    Its definitions are the contract's: SGD adds the decay to the gradient and
-    starts its buffer at the first gradient (a zero buffer's update); AdamW
-    decays apart from the gradient. The rate is set on every step.
-    """
-    opt = setup.optimizer
-    if opt.name == "adamw":
-        return torch.optim.AdamW(params, lr=0.0, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay,
-                                 amsgrad=False)
-    return torch.optim.SGD(params, lr=0.0, momentum=opt.momentum, dampening=0.0, nesterov=opt.nesterov,
-                           weight_decay=opt.weight_decay)
-
-
-class TorchReplicas:
+class TorchReplicas(ReplicaStates):
     compile_seconds = 0.0
 
     def __init__(self, setup: Setup, state: State) -> None:
@@ -82,7 +64,7 @@ class TorchReplicas:
         base = build(self.spec)
         self.models = [copy.deepcopy(base).to(place, self.dtype) for place in self._places]
         self.load_state(state)
-        self.optimizers = [torch_optimizer(setup, m.parameters()) for m in self.models]
+        self.optimizers = [optimizers.torch_optimizer(setup.optimizer, m.parameters()) for m in self.models]
         self._updates = 0      # optimizer.step: updates done
         self._holding = False  # replicas' .grad hold micro-batches of an update not yet made
         self._bf16 = setup.precision == "bf16"
@@ -92,10 +74,9 @@ class TorchReplicas:
 
     # Shard -----------------------------------------------------------------
     def place(self, shards: Shards) -> Batch:
-        ys = shards.y if shards.y is not None else [None] * len(shards.x)
         return Placed([Shard(torch.from_numpy(np.ascontiguousarray(xi)).to(place, self.dtype),
                        None if yi is None else torch.from_numpy(np.ascontiguousarray(yi)).to(place), len(xi))
-                       for xi, yi, place in zip(shards.x, ys, self._places)], shards)
+                       for xi, yi, place in zip(shards.x, labels(shards), self._places)], shards)
 
     def shards(self, batch: list[Shard]) -> list[np.ndarray]:
         return [s.x.cpu().numpy() for s in batch]
@@ -140,12 +121,12 @@ class TorchReplicas:
         finally:
             torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
-    def _backward(self, batch: Batch) -> tuple[StepStats, list[int]]:
+    def _backward(self, batch: Batch) -> StepStats:
         """Each replica's gradient of its shards' loss over the whole update's B, added to what its .grad holds."""
         with self._tf32():
             return self._backward_micro(batch)
 
-    def _backward_micro(self, batch: Batch) -> tuple[StepStats, list[int]]:
+    def _backward_micro(self, batch: Batch) -> StepStats:
         total = batch.host.batch  # B over every process and micro-batch of the update
         active = batch.host.active
         if self.processes > 1 and self.sync:
@@ -161,7 +142,7 @@ class TorchReplicas:
         losses = [F.cross_entropy(logits[i].to(self.dtype), batch[i].y, reduction="sum") for i in active]
         torch.autograd.backward([loss / total for loss in losses])
         correct = sum(int((logits[i].argmax(1) == batch[i].y).sum()) for i in active)
-        return StepStats(float(sum(loss.item() for loss in losses)), correct, batch.host.total), active
+        return StepStats(float(sum(loss.item() for loss in losses)), correct, batch.host.total)
 
     def _reduce(self) -> None:
         """AllReduce of the gradients the replicas hold, over devices then processes; the next backward starts afresh.
@@ -204,8 +185,16 @@ class TorchReplicas:
             for p, g in zip(replica, summed):
                 p.grad = g if p.device == g.device else g.to(p.device)
 
-    def _sync_statistics_processes(self, batch: Batch) -> None:
-        """The core's rule over every device of the job: the chosen devices' statistics, summed and scaled."""
+    def _sync_statistics(self, batch: Batch) -> None:
+        """Make every replica's running statistics the same (contract: BatchNorm), in a process or a job.
+
+        The rule (which devices of the job, what factor) is the core's
+        ``statistic_sources``: this process sums its own sources (zeros where
+        it holds none), in a job the processes' sums are summed in one
+        collective, and every replica takes the sum times the factor.
+        """
+        if len(self.models) == 1 and self.processes == 1:
+            return
         sources, scale = statistic_sources(batch.host.group_active, self.sync)
         mine = batch.host.own(sources)
         values = []
@@ -213,20 +202,10 @@ class TorchReplicas:
             for name in ("running_mean", "running_var"):
                 own = [getattr(layer[i], name).to(self._places[0]) for i in mine]
                 values.append(sum(own) if own else torch.zeros_like(getattr(layer[0], name)))
-        totals = iter(all_sum_tensors(values))
+        totals = iter(all_sum_tensors(values) if self.processes > 1 else values)
         for layer in zip(*self._bns):
             for name in ("running_mean", "running_var"):
                 value = next(totals) * scale
-                for bn in layer:
-                    getattr(bn, name).copy_(value)
-
-    def _sync_statistics(self, active: list[int]) -> None:
-        """Average running statistics over the devices that saw data, then copy to all (contract: BatchNorm)."""
-        if len(self.models) == 1:
-            return
-        for layer in zip(*self._bns):
-            for name in ("running_mean", "running_var"):
-                value = running_statistic([getattr(bn, name).to(self._places[0]) for bn in layer], active, self.sync)
                 for bn in layer:
                     getattr(bn, name).copy_(value)
 
@@ -244,7 +223,7 @@ class TorchReplicas:
 
     # Protocol --------------------------------------------------------------
     def train_step(self, batch: Batch, lr: float, *, update: bool = True) -> StepStats:
-        stats, active = self._backward(batch)
+        stats = self._backward(batch)
         with torch.no_grad():
             if update:
                 self._reduce()
@@ -253,10 +232,7 @@ class TorchReplicas:
                         group["lr"] = lr
                     opt.step()
                 self._updates += 1
-            if self.processes > 1:  # running statistics move with every micro-batch
-                self._sync_statistics_processes(batch)
-            else:
-                self._sync_statistics(active)
+            self._sync_statistics(batch)  # running statistics move with every micro-batch
         return stats
 
     def gradients(self, batch: Batch) -> State:
@@ -267,28 +243,14 @@ class TorchReplicas:
         return {name: p.grad.detach().cpu().numpy().copy() for name, p in self.models[0].named_parameters()}
 
     def optimizer_state(self) -> State:
-        """Device 0's torch optimizer state under canonical names; zeros for a slot torch has not made yet."""
-        opt, params = self.optimizers[0], dict(self.models[0].named_parameters())
-        state: State = {STEP: np.array(self._updates, np.int64)}
-        for slot in self.setup.optimizer.slots:
-            for name in self.spec.trainable():
-                held = opt.state.get(params[name], {}).get(_SLOTS[slot])
-                value = torch.zeros_like(params[name]) if held is None else held
-                state[slot_name(slot, name)] = value.detach().cpu().numpy().copy()
-        return state
+        """Device 0's torch optimizer state under canonical names."""
+        return optimizers.read_state(self.optimizers[0], self.setup.optimizer, dict(self.models[0].named_parameters()),
+                                     self.spec.trainable(), self._updates)
 
     def load_optimizer_state(self, state: State) -> None:
-        """Canonical state into every replica's torch optimizer; AdamW's per-parameter count is the update count."""
-        updates = int(state[STEP])
-        slots = self.setup.optimizer.slots
+        """Canonical state into every replica's torch optimizer."""
         for opt, model in zip(self.optimizers, self.models):
-            for name, p in model.named_parameters():
-                held = {_SLOTS[slot]: torch.from_numpy(np.array(state[slot_name(slot, name)])).to(p.device, p.dtype)
-                        for slot in slots}
-                if self.setup.optimizer.name == "adamw":
-                    held["step"] = torch.tensor(float(updates))  # as torch makes it: on the CPU, default dtype
-                opt.state[p] = held
-        self._updates = updates
+            self._updates = optimizers.write_state(opt, self.setup.optimizer, dict(model.named_parameters()), state)
 
     def _eval_logits(self, batch: Batch) -> list[torch.Tensor]:
         """Inference-mode logits of the non-empty shards, under the training's precision, in the parameters' dtype."""
@@ -311,13 +273,10 @@ class TorchReplicas:
 
     def predict(self, batch: Batch) -> np.ndarray:
         parts = [logits.cpu().numpy() for logits in self._eval_logits(batch)]
-        return np.concatenate(parts) if parts else np.zeros((0, self.spec.num_classes), np.float32)
+        return predictions(parts, self.spec.num_classes, self.setup.np_dtype)
 
-    def replica_states(self) -> list[State]:
-        return [{k: v.detach().cpu().numpy().copy() for k, v in m.state_dict().items()} for m in self.models]
-
-    def state(self) -> State:
-        return self.replica_states()[0]
+    def replica_state(self, device: int) -> State:
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.models[device].state_dict().items()}
 
     def load_state(self, state: State) -> None:
         self.spec.check(state)
