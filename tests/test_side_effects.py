@@ -1,4 +1,5 @@
-"""Importing an engine, or creating its object, changes nothing in the process: no environment variable, no framework-wide flag."""
+"""Importing an engine, or creating its object, changes nothing in the process: no environment variable, no
+framework-wide flag."""
 
 import subprocess
 import sys
@@ -28,7 +29,8 @@ def test_import_and_creation_change_no_environment_and_no_global_flag(name):
         import multidev, multidev_{name}
         multidev.load_backend("{name}")  # the engine object, as the core creates it
         {PROBE[name]}
-        assert dict(os.environ) == before[0], "environment changed: " + str(set(os.environ.items()) ^ set(before[0].items()))
+        changed = set(os.environ.items()) ^ set(before[0].items())
+        assert dict(os.environ) == before[0], f"environment changed: {{changed}}"
         assert flags == before[1], f"global flags changed: {{before[1]}} -> {{flags}}"
         if "{name}" == "mxnet":
             assert "mxnet" not in sys.modules, "creating the mxnet engine loaded MXNet"

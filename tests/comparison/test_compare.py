@@ -43,8 +43,8 @@ def test_divergence_tells_rounding_from_another_definition(tmp_path):
     """A run with another learning rate is no rounding; the same job again is (on any CPU: torch repeats
     itself bit for bit, where two float32 engines might part at a flipped ReLU)."""
     settings = dict(model="lenet", dataset="synthetic", epochs=1, batch_size=64)
-    outcomes = multidev.compare(runs=[Settings("torch", 1, lr=0.1, **settings), Settings("torch", 1, lr=0.1, **settings),
-                                      Settings("torch", 1, lr=0.12, **settings)], truth=True, out=tmp_path)
+    runs = [Settings("torch", 1, lr=lr, **settings) for lr in (0.1, 0.1, 0.12)]
+    outcomes = multidev.compare(runs=runs, truth=True, out=tmp_path)
     truth, scale, same, other = outcomes
     assert truth.spec.dtype == "float64" and scale.verdict.startswith("rounding scale")
     assert same.verdict == "rounding", same.verdict

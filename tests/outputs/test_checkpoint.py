@@ -31,10 +31,10 @@ def test_crash_mid_write_keeps_the_old_file(tmp_path, monkeypatch):
 
     def crash(file, **arrays):
         file.write(b"half a checkpoint")
-        raise KeyboardInterrupt
+        raise KeyboardInterrupt("crashed mid-write")
 
     monkeypatch.setattr(np, "savez", crash)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="crashed mid-write"):
         save_checkpoint(path, SPEC, SPEC.init(1), epoch=2, seed=0)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]  # no temporary file left behind

@@ -1,3 +1,4 @@
+import re
 import warnings
 
 import pytest
@@ -13,7 +14,8 @@ def test_names_round_trip():
 
 @pytest.mark.parametrize("bad", ["tpu:0", "cpu", "cpu:-1", "gpu:x", ""])
 def test_bad_names(bad):
-    with pytest.raises(MultidevError):
+    message = f"bad device name '{re.escape(bad)}': write kind:index, e.g. cpu:0 or gpu:1"
+    with pytest.raises(MultidevError, match=f"^{message}$"):
         Device.parse(bad)
 
 
@@ -39,9 +41,16 @@ def test_gpus_used_when_present():
         assert resolve_devices(gpus=2, gpu_count=4) == [Device("gpu", 0), Device("gpu", 1)]
 
 
-@pytest.mark.parametrize("kwargs", [dict(devices=0), dict(devices=-1), dict(gpus=0), dict(devices="cpu:0,cpu:0"),
-                                    dict(devices=["gpu:0"]), dict(devices=3, max_cpu=2), dict(gpus=1, devices=1),
-                                    dict(devices=1.5)])
-def test_impossible_requests(kwargs):
-    with pytest.raises(MultidevError):
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(devices=0), "devices must be at least 1, got 0: ask for one device or more"),
+    (dict(devices=-1), "devices must be at least 1, got -1: ask for one device or more"),
+    (dict(gpus=0), "gpus must be at least 1, got 0: ask for one device or more"),
+    (dict(devices="cpu:0,cpu:0"), "devices repeat a name: cpu:0, cpu:0"),
+    (dict(devices=["gpu:0"]), r"gpu:0 asked for but this engine sees 0 GPU\(s\): use --gpus to fall back"),
+    (dict(devices=3, max_cpu=2), "3 CPU devices asked for but this engine offers 2 in this process: ask for fewer"),
+    (dict(gpus=1, devices=1), "give either gpus or devices, not both"),
+    (dict(devices=1.5), "devices must be a whole number, got 1.5"),
+])
+def test_impossible_requests(kwargs, message):
+    with pytest.raises(MultidevError, match=f"^{message}"):
         resolve_devices(**kwargs)

@@ -44,14 +44,19 @@ def test_weights_round_by_largest_remainder_ties_to_lower_index():
         assert sum(shard_sizes(b, 3, [0.2, 0.3, 0.5])) == b
 
 
-@pytest.mark.parametrize("weights", [[1, -1], [0, 0], [1, float("nan")], [1, 2, 3]])
-def test_bad_weights_are_user_errors(weights):
-    with pytest.raises(MultidevError):
+@pytest.mark.parametrize("weights, message", [
+    ([1, -1], "device weights must be finite, non-negative and not all zero"),
+    ([0, 0], "device weights must be finite, non-negative and not all zero"),
+    ([1, float("nan")], "device weights must be finite, non-negative and not all zero"),
+    ([1, 2, 3], r"need one weight per device \(2\), got 3"),
+])
+def test_bad_weights_are_user_errors(weights, message):
+    with pytest.raises(MultidevError, match=f"^{message}$"):
         shard_sizes(8, 2, weights)
 
 
 def test_split_rejects_sizes_that_do_not_cover_the_batch():
-    with pytest.raises(MultidevError):
+    with pytest.raises(MultidevError, match="^shard sizes add up to 4 but the batch has 5 rows$"):
         split(np.arange(5), [2, 2])
 
 
