@@ -7,16 +7,22 @@ core is tested. ``FakeEngine(fault=...)`` breaks one promise the way a real
 engine's bug would (see :data:`FAULTS`), so a test can show that the kit
 catches the bug and names the promise, without reaching into a real engine's
 private methods.
+
+``registered(folder, ...)`` makes engines like it (or any ``module:attribute``)
+installed for child processes, so that the ``multidev`` command itself runs them.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import os
+from pathlib import Path
+from typing import Mapping, Optional
 
 import numpy as np
 
 from multidev import reference
 from multidev.engines.protocol import Setup, StepStats
+from multidev.engines.registry import GROUP
 from multidev.errors import MultidevError
 from multidev.rules import optimizers as optim
 from multidev.rules.models import State
@@ -99,6 +105,10 @@ class FakeReplicas:
         return grads if share == 1 else {name: g * share for name, g in grads.items()}
 
     def train_step(self, batch: Shards, lr: float, *, update: bool = True) -> StepStats:
+        with np.errstate(all="ignore"):  # a diverging run is the core's to stop, without NumPy's warnings
+            return self._train_step(batch, lr, update)
+
+    def _train_step(self, batch: Shards, lr: float, update: bool) -> StepStats:
         x, y = self._whole(batch)
         spec, opt = self.setup.spec, self.setup.optimizer
         # lr 0: the reference's step then only moves the running statistics; the optimizer below moves the weights
@@ -157,3 +167,22 @@ class FakeReplicas:
         self.setup.spec.check(state)
         self.states = [{p.name: np.array(state[p.name], self.dtype) for p in self.setup.spec.params()}
                        for _ in self.setup.devices]
+
+
+def registered(folder: str | Path, engines: Mapping[str, str] = {"fake": "multidev.testing.fake:FakeEngine"},
+               env: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """An environment (``env``, or this process's) whose Python processes find ``engines`` by entry point.
+
+    ``engines``: name -> ``module:attribute`` of the engine's factory. ``folder`` gets a distribution's
+    metadata that registers them, as an installed engine's package does, and goes first on PYTHONPATH
+    (modules of the engines may lie there too); nothing outside ``folder`` changes. With it,
+    ``multidev train --backend fake`` runs the fake engine in a child process, as a user runs a real one.
+    """
+    folder = Path(folder).resolve()
+    dist = folder / "multidev_test_engines-0.1.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: multidev-test-engines\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[{GROUP}]\n" + "".join(f"{n} = {v}\n" for n, v in engines.items()))
+    out = dict(os.environ if env is None else env)
+    out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), out.get("PYTHONPATH")]))
+    return out

@@ -7,10 +7,18 @@ import sys
 
 import pytest
 
+from multidev.testing.fake import registered
 
-def run(*args, timeout=600):
+
+def run(*args, timeout=600, env=None):
     return subprocess.run([sys.executable, "-m", "multidev", *args], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture
+def fake(tmp_path) -> dict[str, str]:
+    """An environment where ``--backend fake`` is the fake engine: the core's part, without a framework's."""
+    return registered(tmp_path / "engines")
 
 
 def test_train_writes_json_and_plot(tmp_path):
@@ -30,9 +38,10 @@ def test_train_writes_json_and_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_gpus_fall_back_with_one_warning_line(tmp_path):
-    proc = run("train", "--backend", "torch", "--gpus", "2", "--model", "lenet", "--dataset", "synthetic",
-               "--epochs", "1", "--no-progress")
+def test_gpus_fall_back_with_one_warning_line(fake):
+    """The fake engine sees no GPU on any machine."""
+    proc = run("train", "--backend", "fake", "--gpus", "2", "--model", "lenet", "--dataset", "synthetic",
+               "--epochs", "1", "--no-progress", env=fake)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "multidev: warning: asked for 2 GPU(s) but 0 available: using 2 virtual CPU devices instead"]
@@ -45,11 +54,12 @@ def test_backends_lists_engines_and_devices():
     assert "torch: multidev-torch 0.1.0, torch 2." in proc.stdout and "GPU(s)" in proc.stdout
 
 
-def test_resume_past_the_end_is_a_clear_error(tmp_path):
+def test_resume_past_the_end_is_a_clear_error(tmp_path, fake):
     ck = tmp_path / "c.npz"
-    args = ["train", "--model", "lenet", "--dataset", "synthetic", "--no-progress", "--checkpoint", str(ck)]
-    assert run(*args, "--epochs", "1").returncode == 0
-    proc = run(*args, "--epochs", "1", "--resume", str(ck))
+    args = ["train", "--backend", "fake", "--model", "lenet", "--dataset", "synthetic", "--no-progress",
+            "--checkpoint", str(ck)]
+    assert run(*args, "--epochs", "1", env=fake).returncode == 0
+    proc = run(*args, "--epochs", "1", "--resume", str(ck), env=fake)
     assert_clear_error(proc, "a resume past the end", f"nothing to train: {ck} is already at epoch 1; raise --epochs")
 
 

@@ -1,27 +1,42 @@
+"""multidev compare: every combination run in its own process, its float64 truth, the report and the verdicts.
+
+The runs are the fake engine's (registered for the child processes by entry point): the grid, the truths
+and the verdicts are the core's, and the fake computes in float32 and float64 as an engine does.
+"""
+
 import json
 import subprocess
 import sys
 
+import pytest
+
 import multidev
 from multidev import Settings
+from multidev.testing.fake import registered
 
 
-def test_compare_runs_every_combination_and_reports_failures(tmp_path):
+@pytest.fixture
+def fake_installed(tmp_path, monkeypatch) -> None:
+    """This process's environment, and so its children's, with the fake engine installed as ``fake``."""
+    monkeypatch.setenv("PYTHONPATH", registered(tmp_path / "engines")["PYTHONPATH"])
+
+
+def test_compare_runs_every_combination_and_reports_failures(tmp_path, fake_installed):
     out = tmp_path / "cmp"
-    proc = subprocess.run([sys.executable, "-m", "multidev", "compare", "--backends", "torch,nosuchengine",
+    proc = subprocess.run([sys.executable, "-m", "multidev", "compare", "--backends", "fake,nosuchengine",
                            "--devices", "1,2", "--model", "lenet", "--dataset", "synthetic", "--epochs", "1",
                            "--batch-size", "64", "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     runs = json.loads((out / "results.json").read_text())
     assert [(r["settings"]["backend"], r["settings"]["devices"], r["settings"]["dtype"]) for r in runs] == [
-        ("torch", 1, "float64"), ("torch", 2, "float64"), ("torch", 1, "float32"), ("torch", 2, "float32"),
+        ("fake", 1, "float64"), ("fake", 2, "float64"), ("fake", 1, "float32"), ("fake", 2, "float32"),
         ("nosuchengine", 1, "float32"), ("nosuchengine", 2, "float32")]
     assert runs[3]["result"]["devices"] == ["cpu:0", "cpu:1"] and runs[3]["error"] is None
     assert "unknown backend 'nosuchengine'" in runs[4]["error"] and runs[4]["result"] is None
     table = (out / "results.md").read_text().splitlines()
     assert table[0].startswith("| run | engine | devices | dtype |") and len(table) == 8
-    assert table[2].startswith("| torch x1 float64 | torch | 1 | float64 | 64 |") and table[2].endswith("| truth |  |")
-    assert table[5].startswith("| torch x2 | torch | 2 | float32 | 64 |") and "failed: unknown backend" in table[6]
+    assert table[2].startswith("| fake x1 float64 | fake | 1 | float64 | 64 |") and table[2].endswith("| truth |  |")
+    assert table[5].startswith("| fake x2 | fake | 2 | float32 | 64 |") and "failed: unknown backend" in table[6]
     for png in ("accuracy.png", "throughput.png", "divergence.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     # Same seed, same data order, same split rule: one and two devices start from the same weights,
@@ -33,17 +48,17 @@ def test_compare_runs_every_combination_and_reports_failures(tmp_path):
     # it strays depends on the CPU (a ReLU flipped by rounding moves it by 1e-3), so no upper bound here.
     for run in runs[2:4]:
         divergence = run["divergence"]
-        assert divergence["truth"] == f"torch x{run['settings']['devices']} float64"
+        assert divergence["truth"] == f"fake x{run['settings']['devices']} float64"
         assert divergence["steps"] == [1, 2, 4, 8]
         assert all(1e-12 < d < 0.5 for d in divergence["max"]), divergence
-        assert run["verdict"] == "rounding scale (torch float32)"
+        assert run["verdict"] == "rounding scale (fake float32)"
 
 
-def test_divergence_tells_rounding_from_another_definition(tmp_path):
-    """A run with another learning rate is no rounding; the same job again is (on any CPU: torch repeats
-    itself bit for bit, where two float32 engines might part at a flipped ReLU)."""
+def test_divergence_tells_rounding_from_another_definition(tmp_path, fake_installed):
+    """A run with another learning rate is no rounding; the same job again is (on any CPU: the fake engine
+    repeats itself bit for bit, where two float32 engines might part at a flipped ReLU)."""
     settings = dict(model="lenet", dataset="synthetic", epochs=1, batch_size=64)
-    runs = [Settings("torch", 1, lr=lr, **settings) for lr in (0.1, 0.1, 0.12)]
+    runs = [Settings("fake", 1, lr=lr, **settings) for lr in (0.1, 0.1, 0.12)]
     outcomes = multidev.compare(runs=runs, truth=True, out=tmp_path)
     truth, scale, same, other = outcomes
     assert truth.spec.dtype == "float64" and scale.verdict.startswith("rounding scale")
@@ -52,8 +67,8 @@ def test_divergence_tells_rounding_from_another_definition(tmp_path):
     assert "| truth |" in (tmp_path / "results.md").read_text()
 
 
-def test_compare_from_python_returns_outcomes():
-    outcomes = multidev.compare(runs=[Settings("torch", 1, model="lenet", dataset="synthetic", epochs=1)], truth=False)
+def test_compare_from_python_returns_outcomes(fake_installed):
+    outcomes = multidev.compare(runs=[Settings("fake", 1, model="lenet", dataset="synthetic", epochs=1)], truth=False)
     assert len(outcomes) == 1 and outcomes[0].error is None  # no float64 run asked for
     assert outcomes[0].result.test_total == 128 and outcomes[0].divergence is None
 
