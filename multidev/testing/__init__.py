@@ -30,6 +30,7 @@ from multidev.testing.kit import (
            ParityChecks,
            PlacementChecks,
            ReplicateChecks,
+           settled_accuracy,
 )
 from multidev.testing.processes import MultiProcessChecks
 from multidev.testing.recipes import RecipeChecks
@@ -38,4 +39,5 @@ __all__ = ["ACCURACY_FLOOR", "AccuracyChecks", "AggregationChecks", "BatchNormCh
            "CheckpointChecks", "Conformance", "EngineFixtures", "EvaluationChecks", "FLOAT64_RTOL", "KINK_SAFETY",
            "MultiProcessChecks", "RecipeChecks",
            "LENET", "ParityChecks", "PlacementChecks", "RESNET", "ReplicateChecks", "SAME_ENGINE_RTOL",
-           "assert_states_close", "assert_states_equal", "batch", "conv2d_nchw", "kink_margin", "max_rel_error"]
+           "assert_states_close", "assert_states_equal", "batch", "conv2d_nchw", "kink_margin", "max_rel_error",
+           "settled_accuracy"]

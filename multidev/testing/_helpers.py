@@ -54,7 +54,8 @@ def conv2d_nchw(x: np.ndarray, w: np.ndarray, padding: int) -> np.ndarray:
     return np.einsum("nchwk,ock->nohw", patches.astype(np.float64), w.reshape(o, c, kh * kw).astype(np.float64))
 
 
-def kink_margin(spec: ModelSpec, state: State, x: np.ndarray, sizes=None, batchnorm: str = "local") -> tuple[float, float]:
+def kink_margin(spec: ModelSpec, state: State, x: np.ndarray, sizes=None,
+                batchnorm: str = "local") -> tuple[float, float]:
     """(margin, float32 reach) of a case, both relative to each ReLU's root-mean-square input.
 
     margin: the smallest |ReLU input| in float64. reach: the largest distance

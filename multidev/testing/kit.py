@@ -23,6 +23,7 @@ skipped with the reason; no check asks which engine it is testing.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar, Sequence
 
 import numpy as np
@@ -34,6 +35,7 @@ from multidev.engines.protocol import Backend, Replicas, Setup, replicate
 from multidev.engines.registry import installed, load_backend
 from multidev.errors import MultidevError
 from multidev.outputs import checkpoint as ckpt
+from multidev.outputs.result import Result, load_json
 from multidev.rules.batchnorm import BN_MOMENTUM
 from multidev.rules.devices import resolve_devices
 from multidev.rules.models import ModelSpec
@@ -378,8 +380,18 @@ class CheckpointChecks(EngineFixtures):
 ACCURACY_FLOOR = 0.90
 
 
-def settled_accuracy(result) -> float:
-    """The best test accuracy of the last three epochs: rounding moves single epochs, not all three."""
+def settled_accuracy(result: Result | dict | str | Path) -> float:
+    """The best test accuracy of the last three epochs (the rule ACCURACY_FLOOR is held to).
+
+    ``result``: what ``train`` returns, a ``--json`` file's path, or that file's JSON already read. Rounding
+    moves single epochs, not all three.
+    """
+    if isinstance(result, (str, Path)):
+        result = load_json(result)
+    elif isinstance(result, dict):
+        result = Result.from_dict(result)
+    if not result.epochs:
+        raise ValueError("no epochs: a run that trained nothing has no settled accuracy")
     return max(e.test_acc for e in result.epochs[-3:])
 
 

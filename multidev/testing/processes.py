@@ -112,7 +112,8 @@ class MultiProcessChecks(EngineFixtures):
     def needs_processes(self, engine) -> None:
         self.require(engine, "multi_process")
         if engine.name not in installed():
-            pytest.skip(f"{engine.name} is not installed: its workers start as `multidev train --backend {engine.name}`")
+            pytest.skip(f"{engine.name} is not installed: its workers start as "
+                        f"`multidev train --backend {engine.name}`")
 
     @pytest.mark.slow
     @pytest.mark.parametrize("model, batchnorm", [("resnet18", "local"), ("resnet18", "sync"), ("lenet", "local")])

@@ -7,6 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from multidev.outputs.result import EpochRecord, Result, save_json
+from multidev.testing import settled_accuracy
 from multidev.testing.fake import FAULTS
 
 #: fault -> (the kit's checks to run, what the failure must say)
@@ -74,3 +76,13 @@ def test_kit_names_the_broken_promise(fault, kit_on_broken_engines):
     failures = kit_on_broken_engines[fault]
     assert failures, f"the kit did not notice: {fault} ({FAULTS[fault]})"
     assert any(message in text for _, text in failures), failures
+
+
+def test_settled_accuracy_is_the_best_of_the_last_three_epochs(tmp_path):
+    epochs = [EpochRecord(e + 1, 1.0, 0.5, acc, 1.0, 1.0) for e, acc in enumerate([0.99, 0.7, 0.93, 0.8])]
+    result = Result("fake", ["cpu:0"], "lenet", "digits", 128, 0.1, 0, "local", 360, epochs=epochs)
+    save_json(result, tmp_path / "out.json")
+    for form in (result, tmp_path / "out.json", str(tmp_path / "out.json"), result.to_dict()):
+        assert settled_accuracy(form) == 0.93  # not the 0.99 of epoch 1, before the last three
+    with pytest.raises(ValueError, match="no epochs: a run that trained nothing has no settled accuracy"):
+        settled_accuracy(Result("fake", ["cpu:0"], "lenet", "digits", 128, 0.1, 0, "local", 360))
