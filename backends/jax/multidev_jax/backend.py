@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
-import numpy as np
-
-from multidev.engine import Launch, ProcessGroup, Setup, State
+from multidev.engine import MultiProcess, Setup, State
 
 from . import compile_cache, distributed
 from .devices import configure_cpu_devices, cpu_devices, cpu_devices_note, gpu_devices
 from .parallel import JaxReplicas
 
 
-class JaxBackend:
+class JaxBackend(MultiProcess):
     """Creating it changes nothing; JAX's CPU device count is set on the first call, when a run starts."""
 
     name = "jax"
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process",
                               "sync_batchnorm_processes", "optimizers", "accumulate", "bf16"})
     frameworks = ("jax", "jaxlib", "flax", "optax")
+    #: multi_process: jax.distributed, its workers started by the core's launcher (launch, join, leave, all_sum)
+    distributed = distributed
 
     def settings(self) -> dict[str, str]:
         configure_cpu_devices()
@@ -37,16 +37,3 @@ class JaxBackend:
     def replicate(self, setup: Setup, state: State) -> JaxReplicas:
         configure_cpu_devices()
         return JaxReplicas(setup, state)
-
-    # multi_process: jax.distributed, started by the core's launcher (see distributed.py) ------------------
-    def launch(self, argv: Sequence[str], launch: Launch) -> None:
-        distributed.launch(argv, launch)
-
-    def join(self, group: ProcessGroup, local_rank: int) -> None:
-        distributed.join(group)
-
-    def leave(self) -> None:
-        distributed.leave()
-
-    def all_sum(self, values: np.ndarray) -> np.ndarray:
-        return distributed.all_sum(values)

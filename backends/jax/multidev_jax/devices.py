@@ -1,4 +1,4 @@
-"""multidev device names to JAX devices, and how many virtual CPU devices JAX offers.
+"""multidev device names to JAX devices (of this process, or of the whole job), and the virtual CPU devices.
 
 JAX fixes its number of host (CPU) devices when its backend starts, on the
 first JAX operation; afterwards the count cannot change in that process. The
@@ -20,7 +20,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from multidev.engine import Device, MultidevError
+from multidev.engine import Device, MultidevError, ProcessGroup
 
 from . import compile_cache
 
@@ -98,6 +98,18 @@ def jax_devices(devices: Sequence[Device]) -> list[jax.Device]:
                             f"in this process: set {ENV}={wanted} before JAX starts (e.g. in the shell), "
                             f"or ask for fewer")
     return [available[d.index] for d in devices]
+
+
+def job_devices(devices: Sequence[Device], group: ProcessGroup) -> list[jax.Device]:
+    """Every process's devices of these names, rank-major: the mesh of the whole job."""
+    if group.size == 1:
+        return jax_devices(devices)
+    jax_devices(devices)  # this process's names exist (one-line error otherwise)
+    kind = "cpu" if devices[0].kind == "cpu" else None
+    by_process: dict[int, list[jax.Device]] = {}
+    for device in sorted(jax.devices(kind) if kind else jax.devices(), key=lambda d: d.id):
+        by_process.setdefault(device.process_index, []).append(device)
+    return [by_process[rank][d.index] for rank in range(group.size) for d in devices]
 
 
 @lru_cache(maxsize=None)

@@ -2,9 +2,13 @@
 
 JAX connects processes (``jax.distributed.initialize``, a coordinator on
 machine 0, gloo for the CPU collectives) but starts none, so the workers are
-started and watched by the core's launcher (``multidev.spawn``). The mesh
-then spans every process's devices, and the steps' ``psum`` runs across
-processes exactly as across the devices of one.
+started and watched by the core's launcher (``multidev.engine.spawn``). The
+mesh then spans every process's devices (``devices.job_devices``), and the
+steps' ``psum`` runs across processes exactly as across the devices of one.
+
+``launch``, ``join``, ``leave`` and ``all_sum`` are the four every engine's
+distributed.py defines, with the same signatures (the backend forwards to
+them through ``multidev.engine.MultiProcess``).
 """
 
 from __future__ import annotations
@@ -15,27 +19,28 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from multidev.engine import Device, Launch, MultidevError, ProcessGroup, spawn
+from multidev.engine import Launch, MultidevError, ProcessGroup, first_line, spawn
 
-from .devices import configure_cpu_devices, jax_devices
+from .devices import configure_cpu_devices
 
 #: seconds before JAX's survivors of a dead process give up (100 by default); the launcher usually ends them first
 HEARTBEAT_SECONDS = 10
 
 
 def launch(argv: Sequence[str], launch: Launch) -> None:
+    """``python -m multidev <argv>`` as ``launch.processes`` workers on this machine, by the core's launcher."""
     spawn(argv, launch)
 
 
-def join(group: ProcessGroup) -> None:
+def join(group: ProcessGroup, local_rank: int) -> None:
+    """Connect to the job's coordinator (``MASTER_ADDR``:``MASTER_PORT``); each process offers its own devices."""
     configure_cpu_devices()  # before JAX starts: each process offers its own virtual CPU devices
     address = f"{os.environ.get('MASTER_ADDR', '127.0.0.1')}:{os.environ.get('MASTER_PORT', '29500')}"
     try:
         jax.distributed.initialize(coordinator_address=address, num_processes=group.size, process_id=group.rank,
                                    heartbeat_timeout_seconds=HEARTBEAT_SECONDS)
     except Exception as exc:  # noqa: BLE001 - the coordinator's many ways to fail: one line each
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MultidevError(f"rank {group.rank} could not join the job at {address}: {first[:200]}") from None
+        raise MultidevError(f"rank {group.rank} could not join the job at {address}: {first_line(exc)[:200]}") from None
 
 
 def leave() -> None:
@@ -46,17 +51,6 @@ def leave() -> None:
 
 
 def all_sum(values: np.ndarray) -> np.ndarray:
+    """``values`` summed over every process of the job, float64."""
     from jax.experimental import multihost_utils
     return np.asarray(multihost_utils.process_allgather(np.asarray(values, np.float64)), np.float64).sum(axis=0)
-
-
-def job_devices(devices: Sequence[Device], group: ProcessGroup) -> list[jax.Device]:
-    """Every process's devices of these names, rank-major: the mesh of the whole job."""
-    if group.size == 1:
-        return jax_devices(devices)
-    jax_devices(devices)  # this process's names exist (one-line error otherwise)
-    kind = "cpu" if devices[0].kind == "cpu" else None
-    by_process: dict[int, list[jax.Device]] = {}
-    for device in sorted(jax.devices(kind) if kind else jax.devices(), key=lambda d: d.id):
-        by_process.setdefault(device.process_index, []).append(device)
-    return [by_process[rank][d.index] for rank in range(group.size) for d in devices]

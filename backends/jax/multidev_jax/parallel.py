@@ -17,26 +17,25 @@ from typing import Any, Hashable
 
 import jax
 import numpy as np
-import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from multidev.engine import (
-    STEP,
     MultidevError,
+    ReplicaStates,
     Setup,
     Shards,
     State,
     StepStats,
     check_state,
-    slot_name,
+    predictions,
 )
 
+from . import optimizers
 from .compiled import Compiler
-from .devices import AXIS, mesh
-from .distributed import job_devices
+from .devices import AXIS, job_devices, mesh
 from .layout import from_flax, to_flax
-from .steps import SLOTS, steps
+from .steps import steps
 
 #: Shard length is rounded up to a multiple of this. Ragged last batches and evaluation batches then
 #: share compiled shapes, and small batches run the same per-device program shape on any device
@@ -78,7 +77,7 @@ def scoped(method):
     return wrapper
 
 
-class JaxReplicas:
+class JaxReplicas(ReplicaStates):
     def __init__(self, setup: Setup, state: State) -> None:
         self.setup, self.spec, self.sync, self.dtype = setup, setup.spec, setup.sync, setup.np_dtype
         self._places = tuple(job_devices(setup.devices, setup.group))  # every process's, rank-major
@@ -196,19 +195,15 @@ class JaxReplicas:
     @scoped
     def predict(self, batch: Batch) -> np.ndarray:
         """This process's rows' logits, in sample order."""
-        return np.concatenate(self._held(self._evaluate(batch)[0], batch))
+        return predictions(self._held(self._evaluate(batch)[0], batch), self.spec.num_classes, self.dtype)
 
     # State -----------------------------------------------------------------
     def _variables(self) -> dict[str, Any]:
         return {"params": self._params, "batch_stats": self._stats}
 
     @scoped
-    def replica_states(self) -> list[State]:
-        return [from_flax(self.spec, self._on(self._variables(), d)) for d in self._local]
-
-    @scoped
-    def state(self) -> State:
-        return from_flax(self.spec, self._on(self._variables(), self._local[0]))
+    def replica_state(self, device: int) -> State:
+        return from_flax(self.spec, self._on(self._variables(), self._local[device]))
 
     @scoped
     def load_state(self, state: State) -> None:
@@ -220,24 +215,13 @@ class JaxReplicas:
     # OptimizerState: optax's state <-> canonical names --------------------------------------------------
     @scoped
     def optimizer_state(self) -> State:
-        host = self._on(self._opt_state, self._local[0])
-        state: State = {STEP: np.array(_counts(host)[0], np.int64)}
-        for slot in self.setup.optimizer.slots:
-            tree = optax.tree.get(host, SLOTS[slot])
-            state.update({slot_name(slot, name): value for name, value in
-                          from_flax(self.spec, {"params": tree}, trainable_only=True).items()})
-        return state
+        return optimizers.read_state(self._on(self._opt_state, self._local[0]), self.setup.optimizer, self.spec)
 
     @scoped
     def load_optimizer_state(self, state: State) -> None:
-        opt = self.setup.optimizer
-        check_state(opt, self.spec, state)
-        slots = {SLOTS[slot]: to_flax(self.spec, {p: state[slot_name(slot, p)] for p in self.spec.trainable()},
-                                      self.dtype, trainable_only=True)["params"] for slot in opt.slots}
-        zeros = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), self._params)
-        host = self._steps.optimizer.init(zeros)
-        host = _with_counts(optax.tree.set(host, **slots) if slots else host, int(state[STEP]))
-        self._opt_state = self._replicate(jax.tree.map(np.asarray, host))
+        check_state(self.setup.optimizer, self.spec, state)
+        self._opt_state = self._replicate(optimizers.write_state(self._steps.optimizer, self.setup.optimizer,
+                                                                 self.spec, state, self._params, self.dtype))
 
     def _replicate(self, tree: Any) -> Any:
         """The same host arrays on every device of the job (each process places its own copies)."""
@@ -245,18 +229,3 @@ class JaxReplicas:
             return jax.device_put(tree, self._replicated)
         return jax.tree.map(lambda a: jax.make_array_from_callback(np.shape(a), self._replicated,
                                                                    lambda index: np.asarray(a)[index]), tree)
-
-
-def _is_count(path: tuple[Any, ...]) -> bool:
-    """A ``count`` field of optax's state: inject_hyperparams' and adam's both count the updates done."""
-    return getattr(path[-1], "name", None) == "count"
-
-
-def _counts(tree: Any) -> list[Any]:
-    return [leaf for path, leaf in jax.tree.leaves_with_path(tree) if _is_count(path)]
-
-
-def _with_counts(tree: Any, step: int) -> Any:
-    """``tree`` with every update count set to ``step`` (optax.tree.set stops at the outermost one it finds)."""
-    return jax.tree.map_with_path(
-        lambda path, leaf: np.asarray(step, np.asarray(leaf).dtype) if _is_count(path) else leaf, tree)

@@ -9,7 +9,8 @@ shard weighs n_i / B.
 JAX emit the cross-device sum of the shards' gradients (the transpose of a
 replicated input is a psum): the AllReduce of contract: Loss, gradients and the update, with no hand-written
 communication. BatchNorm, whose backward pass is written out, sums its scale's and shift's gradients over the
-mesh itself (batchnorm.py). The optimizer's update then runs replicated, identically on every device.
+mesh itself (batchnorm.py). The optimizer's update (:mod:`.optimizers`) then runs replicated, identically on
+every device.
 """
 
 from __future__ import annotations
@@ -29,30 +30,9 @@ from multidev.engine import ModelSpec, Optimizer
 
 from .devices import AXIS
 from .model import PRECISION, TF32, Compute, build
+from .optimizers import transformation
 
 SHARDED, REPLICATED = P(AXIS), P()
-
-
-def transformation(optimizer: Optimizer) -> optax.GradientTransformation:
-    """The contract's ``optimizer`` from optax's own parts, its learning rate an input of the compiled step.
-
-    sgd: the decay is coupled, added to the gradient ahead of optax's momentum
-    ``trace`` (b = m * b + g; g + m * b with Nesterov), as optax.sgd alone has
-    none. adamw: optax.adamw, its eps outside the square root of v_hat, its
-    decoupled decay scaled by the learning rate. Every parameter is decayed.
-    """
-    def rule(learning_rate: Any) -> optax.GradientTransformation:
-        if optimizer.name == "adamw":
-            b1, b2 = optimizer.betas
-            return optax.adamw(learning_rate, b1, b2, optimizer.eps, weight_decay=optimizer.weight_decay)
-        decay = [optax.add_decayed_weights(optimizer.weight_decay)] if optimizer.weight_decay else []
-        return optax.chain(*decay, optax.sgd(learning_rate, optimizer.momentum or None, optimizer.nesterov))
-
-    return optax.inject_hyperparams(rule)(learning_rate=0.0)
-
-
-#: canonical slot -> the field of optax's state that holds it (the update count is every ``count``)
-SLOTS = {"momentum": "trace", "m": "mu", "v": "nu"}
 
 
 @dataclass(frozen=True)
