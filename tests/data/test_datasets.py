@@ -15,8 +15,11 @@ def test_digits_is_real_and_fixed():
     assert np.bincount(a.y_test).min() >= 35  # stratified
 
 
-def test_synthetic_is_deterministic():
-    assert np.array_equal(synthetic().x_train, synthetic().x_train)
+def test_synthetic_is_a_function_of_its_seed():
+    a, b, other = synthetic(), synthetic(), synthetic(seed=1)
+    for name in ("x_train", "y_train", "x_test", "y_test"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        assert not np.array_equal(getattr(a, name), getattr(other, name)), name
 
 
 def test_unknown_dataset():

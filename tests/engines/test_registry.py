@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -13,6 +12,7 @@ from multidev import (
     load_backend,
 )
 from multidev.engines import registry
+from multidev.testing.fake import registered
 
 
 def test_import_multidev_imports_no_framework():
@@ -41,19 +41,12 @@ def test_known_engine_not_installed_says_what_to_install(monkeypatch):
 
 def test_broken_third_party_engine_does_not_break_the_others(tmp_path):
     """An engine whose framework is missing is reported, not fatal, and found by entry point alone."""
-    dist = tmp_path / "brokenengine-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: brokenengine\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[multidev.backends]\nbroken = brokenengine:Engine\n")
     (tmp_path / "brokenengine.py").write_text("import no_such_framework_here\n")
-    env_code = textwrap.dedent(f"""
-        import sys; sys.path.insert(0, {str(tmp_path)!r})
-        from multidev.cli import main
-        sys.exit(main(sys.argv[1:]))
-    """)
-    listing = subprocess.run([sys.executable, "-c", env_code, "backends"], capture_output=True, text=True)
-    assert "broken: unusable: the broken engine cannot import no_such_framework_here" in listing.stdout
+    env = registered(tmp_path, {"broken": "brokenengine:Engine"})
+    line = "the broken engine cannot import no_such_framework_here: run `reinstall the package that provides 'broken'`"
+    listing = subprocess.run([sys.executable, "-m", "multidev", "backends"], capture_output=True, text=True, env=env)
+    assert f"broken: unusable: {line}" in listing.stdout.splitlines()
     assert "torch: multidev-torch" in listing.stdout
-    train = subprocess.run([sys.executable, "-c", env_code, "train", "--backend", "broken"],
-                           capture_output=True, text=True)
-    assert train.returncode == 2 and train.stderr.count("\n") == 1 and "Traceback" not in train.stderr
+    train = subprocess.run([sys.executable, "-m", "multidev", "train", "--backend", "broken"],
+                           capture_output=True, text=True, env=env)
+    assert train.returncode == 2 and train.stderr.splitlines() == [f"multidev: error: {line}"], train.stderr
