@@ -64,6 +64,14 @@ def assert_same(got: Path, want: Path, promise: str, rtol: float = SAME_ENGINE_R
     assert_states_close(ckpt.load(got)[1], ckpt.load(want)[1], rtol=rtol, promise=promise)
 
 
+def both_forms(engine: str, folder: Path, *args: str) -> tuple[Path, Path]:
+    """The job ``args`` as 2 processes x 1 device and as 1 process x 2 devices: the two checkpoints."""
+    paths = folder / "processes.npz", folder / "devices.npz"
+    for form, path in zip((["--processes", "2"], ["--devices", "2"]), paths):
+        run(engine, *form, *args, "--checkpoint", str(path))
+    return paths
+
+
 def first_epoch(out) -> str:
     """The job's output up to its first epoch line (a framework may print lines of its own first)."""
     seen = ""
@@ -126,12 +134,9 @@ class MultiProcessChecks(EngineFixtures):
             self.require(engine, "sync_batchnorm_processes")
             if "float64" in engine.capabilities:
                 dtype, rtol = "float64", FLOAT64_RTOL
-        for form, path in ((["--processes", "2"], "processes.npz"), (["--devices", "2"], "devices.npz")):
-            run(engine.name, *form, *shape, "--batchnorm", batchnorm, "--dtype", dtype,
-                "--checkpoint", str(tmp_path / path))
-        assert_same(tmp_path / "processes.npz", tmp_path / "devices.npz",
-                    f"processes: {model} as 2 processes x 1 device ({batchnorm} BatchNorm, {dtype}) does not train "
-                    f"as 1 process x 2 devices", rtol)
+        processes, devices = both_forms(engine.name, tmp_path, *shape, "--batchnorm", batchnorm, "--dtype", dtype)
+        assert_same(processes, devices, f"processes: {model} as 2 processes x 1 device ({batchnorm} BatchNorm, "
+                                        f"{dtype}) does not train as 1 process x 2 devices", rtol)
 
     @pytest.mark.slow
     def test_recipe_in_two_processes_equals_two_devices(self, engine, tmp_path):
@@ -142,11 +147,10 @@ class MultiProcessChecks(EngineFixtures):
         recipe = ["--model", "lenet", "--dataset", "synthetic", "--batch-size", "50", "--accumulate", "2",
                   "--momentum", "0.9", "--nesterov", "--weight-decay", "5e-4", "--schedule", "cosine",
                   "--warmup-steps", "2"]
-        for form, path in ((["--processes", "2"], "processes.npz"), (["--devices", "2"], "devices.npz")):
-            run(engine.name, *form, *recipe, "--checkpoint", str(tmp_path / path))
+        processes, devices = both_forms(engine.name, tmp_path, *recipe)
         promise = "processes: a recipe as 2 processes x 1 device does not train as 1 process x 2 devices"
-        assert_same(tmp_path / "processes.npz", tmp_path / "devices.npz", promise)
-        got, want = (ckpt.load_optimizer_state(tmp_path / p) for p in ("processes.npz", "devices.npz"))
+        assert_same(processes, devices, promise)
+        got, want = ckpt.load_optimizer_state(processes), ckpt.load_optimizer_state(devices)
         assert sorted(got) == sorted(want) and len(got) > 1, f"{promise}: the optimizer states differ in names"
         assert_states_close(got, want, rtol=SAME_ENGINE_RTOL, promise=f"{promise} (optimizer state)")
 

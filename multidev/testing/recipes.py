@@ -69,13 +69,17 @@ class RecipeChecks(EngineFixtures):
         counts = self.counts(engine)
         return sorted({1, max(counts)})
 
+    def _three_updates(self, engine, recipe: str, k: int, dtype: str = "float32"):
+        """LeNet after the three updates of ``recipe`` on k devices, and the formula's parameters and state."""
+        optimizer, data = RECIPES[recipe], steps_data()
+        want, want_opt = reference.recipe_steps(LENET, LENET.init(0), optimizer, data, RATES)
+        return self._run(self.make(engine, LENET, k, optimizer=optimizer, dtype=dtype), data, RATES, k), want, want_opt
+
     @pytest.mark.parametrize("recipe", sorted(RECIPES))
     def test_recipe_optimizer_equals_formula(self, engine, recipe):
         self.require(engine, "optimizers")
-        optimizer, data = RECIPES[recipe], steps_data()
-        want, _ = reference.recipe_steps(LENET, LENET.init(0), optimizer, data, RATES)
         for k in self._device_counts(engine):
-            reps = self._run(self.make(engine, LENET, k, optimizer=optimizer), data, RATES, k)
+            reps, want, _ = self._three_updates(engine, recipe, k)
             assert_states_close(reps.state(), want, rtol=CROSS_ENGINE_RTOL,
                                 promise=f"optimizers: three {recipe} updates on {k} device(s), at rates {RATES}, are "
                                         f"not the contract's formula (float64 reference)")
@@ -84,14 +88,12 @@ class RecipeChecks(EngineFixtures):
     def test_recipe_float64_optimizer_equals_formula(self, engine, recipe):
         self.require(engine, "optimizers")
         self.require(engine, "float64")
-        optimizer, data = RECIPES[recipe], steps_data()
         k = max(self.counts(engine))
-        want, want_opt = reference.recipe_steps(LENET, LENET.init(0), optimizer, data, RATES)
-        reps = self._run(self.make(engine, LENET, k, optimizer=optimizer, dtype="float64"), data, RATES, k)
+        reps, want, want_opt = self._three_updates(engine, recipe, k, "float64")
         assert_states_close(reps.state(), want, rtol=FLOAT64_RTOL,
                             promise=f"optimizers: three float64 {recipe} updates on {k} device(s) are not the formula")
         got = reps.optimizer_state()
-        assert sorted(got) == sorted(optimizer.state_names(LENET)), (
+        assert sorted(got) == sorted(RECIPES[recipe].state_names(LENET)), (
             f"optimizers: the state's names are not the canonical ones: {sorted(set(got) ^ set(want_opt))[:4]}")
         assert int(got[STEP]) == len(RATES), f"optimizers: {STEP} is {int(got[STEP])} after {len(RATES)} updates"
         assert_states_close(got, want_opt, rtol=FLOAT64_RTOL, names=[n for n in want_opt if n != STEP],
