@@ -169,7 +169,11 @@ class FakeReplicas:
                        for _ in self.setup.devices]
 
 
-def registered(folder: str | Path, engines: Mapping[str, str] = {"fake": "multidev.testing.fake:FakeEngine"},
+#: what ``registered`` installs when asked for nothing else: the fake engine as ``fake``
+FAKE = {"fake": "multidev.testing.fake:FakeEngine"}
+
+
+def registered(folder: str | Path, engines: Mapping[str, str] = FAKE,
                env: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     """An environment (``env``, or this process's) whose Python processes find ``engines`` by entry point.
 
