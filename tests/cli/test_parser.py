@@ -28,7 +28,7 @@ def test_train_keeps_devices_and_gpus_apart():
 
 
 def test_help_shows_the_settings_by_section(capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^0$"):  # --help exits 0
         parser().parse_args(["train", "--help"])
     text = capsys.readouterr().out
     assert "recipe (docs/contract.md" in text and "--checkpoint-every" in text and "--warmup-epochs" in text
