@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Optional
 
-import numpy as np
-
-from multidev.engine import Launch, ProcessGroup, Setup, State
+from multidev.engine import MultiProcess, Setup, State
 
 from . import distributed
+from .devices import gpu_count
 from .runtime import THREADS_ENV, mxnet, threads_note
 
 if TYPE_CHECKING:
     from .parallel import MXNetReplicas
 
 
-class MXNetBackend:
+class MXNetBackend(MultiProcess):
     """Creating it loads nothing: MXNet loads on the first call that needs it (see runtime.py)."""
 
     name = "mxnet"
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process", "optimizers",
                               "accumulate", "bf16"})
     frameworks = ("mxnet",)
+    #: multi_process: MXNet's dist_sync kvstore, its scheduler and servers started by the core's launcher
+    #: (launch, join, leave, all_sum)
+    distributed = distributed
 
     def settings(self) -> dict[str, str]:
         mxnet()  # the thread count is fixed when MXNet loads: say what it became
@@ -29,11 +31,7 @@ class MXNetBackend:
                            f"loads, as `multidev train --threads N` does)"}
 
     def gpu_count(self) -> int:
-        mx = mxnet()
-        try:
-            return int(mx.context.num_gpus())
-        except mx.base.MXNetError:  # a build without CUDA, or no driver
-            return 0
+        return gpu_count()
 
     def max_cpu_devices(self) -> Optional[int]:
         return None  # MXNet's cpu(i) contexts: any number in one process
@@ -41,16 +39,3 @@ class MXNetBackend:
     def replicate(self, setup: Setup, state: State) -> "MXNetReplicas":
         from .parallel import MXNetReplicas  # loads MXNet on first use (see runtime.py)
         return MXNetReplicas(setup, state)
-
-    # multi_process: MXNet's dist_sync kvstore, its scheduler and servers started by the core's launcher ------
-    def launch(self, argv: Sequence[str], launch: Launch) -> None:
-        distributed.launch(argv, launch)
-
-    def join(self, group: ProcessGroup, local_rank: int) -> None:
-        distributed.join(group)
-
-    def leave(self) -> None:
-        distributed.leave()
-
-    def all_sum(self, values: np.ndarray) -> np.ndarray:
-        return distributed.all_sum(values)

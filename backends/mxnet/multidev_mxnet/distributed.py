@@ -14,6 +14,11 @@ watchdog: the first process that fails has the others stopped. Across
 machines ps-lite's heartbeats are: the scheduler ends when a worker or server
 misses them for ``DEAD_AFTER`` seconds, and every other process ends when the
 scheduler does, so each machine's launcher stops its own processes.
+
+``launch``, ``join``, ``leave`` and ``all_sum`` are the four every engine's
+distributed.py defines, with the same signatures (the backend forwards to
+them through ``multidev.engine.MultiProcess``); ``kvstore`` and
+``ensure_keys`` are what this engine's replicas sum through.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from multidev.engine import Helper, Launch, MultidevError, ProcessGroup, spawn
+from multidev.engine import Helper, Launch, MultidevError, ProcessGroup, first_line, spawn
 
 from .runtime import mxnet
 
@@ -57,6 +62,7 @@ def environment(launch: Launch) -> dict[str, str]:
 
 
 def launch(argv: Sequence[str], launch: Launch) -> None:
+    """``python -m multidev <argv>`` as ``launch.processes`` workers, with this machine's server (and scheduler)."""
     common = environment(launch)
     serve = ["multidev_mxnet.serve", "--", *argv]  # the job's arguments only name it in `ps`
     helpers = [Helper("mxnet server", serve, dict(common, **{ROLE_ENV: "server"}))]
@@ -65,13 +71,14 @@ def launch(argv: Sequence[str], launch: Launch) -> None:
     spawn(argv, launch, dict(common, DMLC_ROLE="worker"), helpers)
 
 
-def join(group: ProcessGroup) -> None:
+def join(group: ProcessGroup, local_rank: int) -> None:
+    """Open this worker's ``dist_sync`` kvstore (the launcher's ``DMLC_*`` variables say where the scheduler is)."""
     mx = mxnet()
     try:
         kv = mx.kv.create("dist_sync")
     except mx.base.MXNetError as exc:
         raise MultidevError(f"rank {group.rank} could not open MXNet's dist_sync kvstore: "
-                            f"{str(exc).strip().splitlines()[0][:200]}; start workers with `multidev train "
+                            f"{first_line(exc)[:200]}; start workers with `multidev train "
                             f"--processes N`, which starts the scheduler and servers too") from None
     if kv.num_workers != group.size:
         raise MultidevError(f"MXNet's scheduler counts {kv.num_workers} workers, the launcher started {group.size}: "
@@ -133,6 +140,7 @@ def ensure_keys(keys: Sequence[int], values: Sequence) -> None:
 
 
 def all_sum(values: np.ndarray) -> np.ndarray:
+    """``values`` summed over every process of the job, float64, through the kvstore's sum key."""
     mx = mxnet()
     flat = np.asarray(values, np.float64).ravel()
     summed = np.zeros(-(-len(flat) // SUM_WIDTH) * SUM_WIDTH)

@@ -1,4 +1,4 @@
-"""The core's optimizers (multidev.optim) as Gluon Trainer optimizers, and their state in canonical names.
+"""The core's optimizers (multidev.rules.optimizers) as Gluon Trainer optimizers, their state in canonical names.
 
 MXNet 1.9.1's built-ins, read against the contract (mxnet/optimizer/optimizer.py
 and src/operator/optimizer_op-inl.h, contrib/adamw-inl.h):

@@ -34,42 +34,36 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
 from multidev.engine import (
-    Device,
     DeviceShard,
     MultidevError,
     Placed,
+    ReplicaStates,
     Setup,
     Shards,
     State,
     StepStats,
     check_state,
+    first_line,
+    labels,
+    predictions,
     run_lockstep,
     statistic_sources,
 )
 
 from . import distributed, optimizers
 from .batchnorm import StatsExchange
+from .devices import kvstore_type, mx_context
 from .model import batchnorms, bfloat16, build, canonical_params, hybridize, trace
 from .runtime import mxnet
 
 mx = mxnet()
 
 nd, autograd, gluon = mx.nd, mx.autograd, mx.gluon
-
-
-def mx_context(device: Device) -> mx.Context:
-    return mx.gpu(device.index) if device.kind == "gpu" else mx.cpu(device.index)
-
-
-def kvstore_type(contexts: Sequence[mx.Context]) -> str:
-    """``device`` reduces on the GPUs themselves; on CPU contexts ``local`` (multi-threaded CPU sums) is faster."""
-    return "device" if any(c.device_type == "gpu" for c in contexts) else "local"
-
 
 #: On its context; x is None for an empty shard. Labels in the network's dtype, as Gluon's losses take them.
 Shard = DeviceShard[Optional[mx.nd.NDArray]]
@@ -83,7 +77,7 @@ class ShardOutput:
     loss: mx.nd.NDArray    # ce_sum / B: this shard's share of the mean loss
 
 
-class MXNetReplicas:
+class MXNetReplicas(ReplicaStates):
     def __init__(self, setup: Setup, state: State) -> None:
         self.setup, self.spec, self.sync, self.dtype = setup, setup.spec, setup.sync, setup.np_dtype
         spec = self.spec
@@ -101,7 +95,7 @@ class MXNetReplicas:
             self.net.initialize(mx.init.Zero(), ctx=self.contexts)  # values come from load_state
         except mx.base.MXNetError as exc:
             raise MultidevError(f"MXNet cannot use {', '.join(map(str, setup.devices))}: "
-                                f"{str(exc).splitlines()[0]}; name other devices") from None
+                                f"{first_line(exc)}; name other devices") from None
         if self.dtype != np.float32:
             self.net.cast(self.dtype.name)  # MXNet's CPU operators have float64 kernels (not its oneDNN ones)
         self._params = canonical_params(self.net, spec)
@@ -138,10 +132,9 @@ class MXNetReplicas:
 
     # Shard -----------------------------------------------------------------
     def place(self, shards: Shards) -> Batch:
-        ys = shards.y if shards.y is not None else [None] * len(shards.x)
         return Placed([Shard(nd.array(xi, ctx=ctx, dtype=self.dtype) if len(xi) else None,
                              nd.array(yi, ctx=ctx, dtype=self.dtype) if yi is not None and len(yi) else None, len(xi))
-                       for xi, yi, ctx in zip(shards.x, ys, self.contexts)], shards)
+                       for xi, yi, ctx in zip(shards.x, labels(shards), self.contexts)], shards)
 
     def shards(self, batch: list[Shard]) -> list[np.ndarray]:
         return [s.x.asnumpy() if s.x is not None else np.zeros((0, *self.spec.in_shape), self.dtype) for s in batch]
@@ -290,14 +283,10 @@ class MXNetReplicas:
 
     def predict(self, batch: list[Shard]) -> np.ndarray:
         parts = [logits.asnumpy() for _, logits in self._eval_logits(batch)]
-        return np.concatenate(parts) if parts else np.zeros((0, self.spec.num_classes), self.dtype)
+        return predictions(parts, self.spec.num_classes, self.dtype)
 
-    def replica_states(self) -> list[State]:
-        return [{p.name: self._params[p.name].data(ctx).asnumpy() for p in self.spec.params()}
-                for ctx in self.contexts]
-
-    def state(self) -> State:
-        ctx = self.contexts[0]
+    def replica_state(self, device: int) -> State:
+        ctx = self.contexts[device]
         return {p.name: self._params[p.name].data(ctx).asnumpy() for p in self.spec.params()}
 
     def load_state(self, state: State) -> None:

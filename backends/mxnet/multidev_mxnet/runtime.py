@@ -24,17 +24,11 @@ from types import ModuleType
 
 import numpy as np
 
+from multidev.engine import usable_cores
+
 THREADS_ENV = "OMP_NUM_THREADS"
 log = logging.getLogger("multidev.mxnet")
 _state: dict[str, str] = {}
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (the affinity mask, not the machine's total)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def threads_note() -> str:

@@ -106,7 +106,7 @@ def test_the_command_gives_mxnet_every_core():
 def test_sync_batchnorm_does_not_hang():
     proc = run_python("""
         import multidev
-        from multidev.devices import resolve_devices
+        from multidev import resolve_devices
         from multidev.testing import RESNET, batch
         engine = multidev.load_backend("mxnet")
         # uneven shards, then a batch smaller than the device count (two of three contexts busy)
