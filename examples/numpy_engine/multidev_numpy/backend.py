@@ -13,7 +13,7 @@ class NumpyBackend:
     name = "numpy"
     # Claim only what the engine really does: the core refuses the rest before it reaches
     # the engine, and the conformance kit skips the checks of what is not claimed.
-    capabilities = frozenset({"virtual_cpu", "sync_batchnorm", "float64"})
+    capabilities = frozenset({"virtual_cpu", "sync_batchnorm", "float64", "accumulate"})
     frameworks = ("numpy",)  # reports name their versions
 
     def settings(self) -> dict[str, str]:

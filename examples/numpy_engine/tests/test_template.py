@@ -13,7 +13,7 @@ def test_engine_is_found_through_its_entry_point():
     engine = multidev.load_backend("numpy")
     assert isinstance(engine, Backend)
     assert engine.name == "numpy" and engine.gpu_count() == 0
-    assert engine.capabilities == frozenset({"virtual_cpu", "sync_batchnorm", "float64"})
+    assert engine.capabilities == frozenset({"virtual_cpu", "sync_batchnorm", "float64", "accumulate"})
 
 
 def test_lenet_learns_on_two_devices():
