@@ -28,8 +28,8 @@ from multidev.testing import (
     SAME_ENGINE_RTOL,
     assert_states_close,
     assert_states_equal,
-    settled_accuracy,
     batch,
+    settled_accuracy,
 )
 
 TIME_LIMIT = 180  # seconds; a healthy run takes a few
