@@ -1,0 +1,38 @@
+"""The model language: a network defined once, framework-free, that every engine builds natively.
+
+Layers state their output size only; input shapes come from the data, and
+so does the class count of a last ``Dense()``. ``Sequential`` and
+``Residual`` write the common shapes, the functional form
+(``x = nn.Input(); y = nn.Conv2d(32, 3)(x)``, ``nn.Add``, ``nn.Concat``,
+``nn.Model(x, y)``) writes the rest. Every definition flattens to a
+``Graph`` of canonically named layers, stored as data in checkpoints.
+
+``layers`` holds the layers; ``graph`` the forms and the flat graph;
+``zoo`` the networks multidev ships (``resnet18``, ``lenet``, ``mlp``,
+``convnet``).
+"""
+
+from multidev.nn.graph import Graph, Input, Model, Residual, Sequential
+from multidev.nn.layers import (
+                                GELU,
+                                Add,
+                                AvgPool2d,
+                                BatchNorm,
+                                Concat,
+                                Conv2d,
+                                Dense,
+                                Dropout,
+                                Flatten,
+                                GlobalAvgPool,
+                                Layer,
+                                LayerNorm,
+                                MaxPool2d,
+                                ReLU,
+                                Sigmoid,
+                                Tanh,
+)
+from multidev.nn.zoo import ZOO, convnet, lenet, mlp, resnet18
+
+__all__ = ["Add", "AvgPool2d", "BatchNorm", "Concat", "Conv2d", "Dense", "Dropout", "Flatten", "GELU",
+           "GlobalAvgPool", "Graph", "Input", "Layer", "LayerNorm", "MaxPool2d", "Model", "ReLU", "Residual",
+           "Sequential", "Sigmoid", "Tanh", "ZOO", "convnet", "lenet", "mlp", "resnet18"]

@@ -1,0 +1,235 @@
+"""A definition as a graph of layers (a DAG), the forms that write one, and the flat graph every engine builds.
+
+Three ways to write a definition, all ending in one :class:`Graph`:
+
+- ``Sequential(*items)``: each item on the last one's output;
+- ``Residual(*body, shortcut=None)``: ``body(x) + shortcut(x)`` (``x`` itself
+  without a shortcut);
+- the functional form, as Keras users know it: ``x = Input()``,
+  ``y = Conv2d(8, 3)(x)``, ``Add()(y, x)``, then ``Model(x, y)``.
+
+A :class:`Graph` is the definition flattened: nodes in an order where every
+input comes first, each with its canonical name (``stage1.block1.conv1``),
+its layer and the names of its inputs. Names are the layer's own, or the
+layer's kind numbered within its scope (``conv1``, ``bn2``); a named
+``Sequential`` or ``Residual`` is a scope. A graph is data: it is stored in
+checkpoints as JSON and read back without running any code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Union
+
+from multidev.errors import MultidevError
+from multidev.nn.layers import LAYERS, Add, Dense, Layer, Shape
+from multidev.nn.node import Input, Node, Scope, current
+from multidev.rules.models import Param
+
+FORMAT = "multidev-model/1"
+
+
+Item = Union[Layer, "Sequential", "Residual"]
+
+
+class _Block:
+    """A composite: its items applied within a scope of its own when named, else in its caller's."""
+
+    kind = "block"
+
+    def __init__(self, name: Optional[str]) -> None:
+        self.name = name
+
+    def __call__(self, x: Node) -> Node:
+        scope = Scope(self.kind, self.name, current[-1]) if self.name is not None or self.kind == "res" \
+            else current[-1]
+        current.append(scope)
+        try:
+            return self.run(x)
+        finally:
+            current.pop()
+
+    def run(self, x: Node) -> Node:
+        raise NotImplementedError
+
+    def graph(self) -> "Graph":
+        """This definition flattened (with a fresh input)."""
+        x = Input()
+        return Model(x, self(x)).graph()
+
+
+def _chain(items: Sequence[Item], x: Node) -> Node:
+    for item in items:
+        if not callable(item):
+            raise MultidevError(f"{item!r} is not a layer: give Sequential and Residual layers of multidev.nn")
+        x = item(x)
+    return x
+
+
+class Sequential(_Block):
+    """Each item applied to the previous one's output."""
+
+    kind = "seq"
+
+    def __init__(self, *items: Item, name: Optional[str] = None) -> None:
+        super().__init__(name)
+        self.items = items
+
+    def run(self, x: Node) -> Node:
+        return _chain(self.items, x)
+
+
+class Residual(_Block):
+    """``body(x) + shortcut(x)``: the shortcut is ``x`` itself, or the given layers (e.g. a 1x1 Conv2d)."""
+
+    kind = "res"
+
+    def __init__(self, *body: Item, shortcut: Optional[Item | Sequence[Item]] = None,
+                 name: Optional[str] = None) -> None:
+        super().__init__(name)
+        self.body = body
+        self.shortcut = () if shortcut is None else tuple(shortcut) if isinstance(shortcut, (list, tuple)) \
+            else (shortcut,)
+
+    def run(self, x: Node) -> Node:
+        return Add(name="add")(_chain(self.body, x), _chain(self.shortcut, x))
+
+
+class Model:
+    """The functional form's definition: from ``inputs`` (an ``Input()``) to ``outputs``."""
+
+    def __init__(self, inputs: Node, outputs: Node) -> None:
+        self.inputs, self.outputs = inputs, outputs
+
+    def graph(self) -> "Graph":
+        order = _reachable(self.outputs)
+        if self.inputs not in order:
+            raise MultidevError("the model's output does not depend on its input: build it from nn.Input()")
+        names = _Names()
+        specs, name_of = [], {self.inputs: "input"}
+        for node in sorted(order, key=lambda n: n.order):
+            if node.layer is None:
+                if node is not self.inputs:
+                    raise MultidevError("the model has a second nn.Input(): one input per model")
+                continue
+            name_of[node] = names.name(node)
+            specs.append(NodeSpec(name_of[node], node.layer, tuple(name_of[i] for i in node.inputs)))
+        return Graph(tuple(specs))
+
+
+def _reachable(out: Node) -> set[Node]:
+    seen, todo = set(), [out]
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(node.inputs)
+    return seen
+
+
+class _Names:
+    """Canonical names: a layer's own, else its kind numbered within its scope; scopes likewise."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
+        self.scopes: dict[Scope, str] = {}
+        self.taken: set[str] = set()
+
+    def _next(self, prefix: str, kind: str) -> str:
+        key = (prefix, kind)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        return f"{prefix}{kind}{self.counts[key]}"
+
+    def prefix(self, scope: Optional[Scope]) -> str:
+        if scope is None:
+            return ""
+        if scope not in self.scopes:
+            outer = self.prefix(scope.parent)
+            self.scopes[scope] = (outer + scope.name if scope.name else self._next(outer, scope.kind)) + "."
+        return self.scopes[scope]
+
+    def name(self, node: Node) -> str:
+        prefix = self.prefix(node.scope)
+        name = prefix + node.layer.name if node.layer.name else self._next(prefix, node.layer.kind)
+        if name in self.taken:
+            raise MultidevError(f"two layers are named {name!r}: give each layer of a scope its own name")
+        self.taken.add(name)
+        return name
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    layer: Layer
+    inputs: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """A definition flattened: every node after its inputs; the last node is the output (the logits).
+
+    Two graphs are equal when their data (:meth:`to_dict`) is.
+    """
+
+    nodes: tuple[NodeSpec, ...]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Graph) and self.to_dict() == other.to_dict()
+
+    def __hash__(self) -> int:
+        return hash(repr(self.to_dict()))
+
+    def graph(self) -> "Graph":
+        return self
+
+    def resolved(self, num_classes: Optional[int]) -> "Graph":
+        """The graph with a last ``Dense`` of open width given the data's class count."""
+        last = self.nodes[-1]
+        if isinstance(last.layer, Dense) and last.layer.out_features is None and num_classes is not None:
+            layer = Dense(num_classes, bias=last.layer.bias, name=last.layer.name)
+            return Graph(self.nodes[:-1] + (NodeSpec(last.name, layer, last.inputs),))
+        return self
+
+    def shapes(self, in_shape: Shape) -> dict[str, Shape]:
+        """Every node's output shape for inputs of ``in_shape``; a layer that does not fit is one line."""
+        shapes: dict[str, Shape] = {"input": tuple(in_shape)}
+        for node in self.nodes:
+            shapes[node.name] = node.layer.infer(node.name, [shapes[i] for i in node.inputs])
+        return shapes
+
+    def params(self, in_shape: Shape, num_classes: Optional[int] = None) -> list[Param]:
+        """Every parameter and running statistic, canonical name ``node.param``, in the graph's order.
+
+        Checked first: every layer fits its input, and the output is one value per class.
+        """
+        graph = self.resolved(num_classes)
+        shapes = graph.shapes(in_shape)
+        out = shapes[graph.nodes[-1].name]
+        if num_classes is not None and out != (num_classes,):
+            raise MultidevError(f"the model ends in {out} values per sample, the data has {num_classes} classes: "
+                                f"end it with Dense({num_classes}), or Dense() to take the data's count")
+        return [Param(f"{n.name}.{p}", shape, role) for n in graph.nodes
+                for p, shape, role in n.layer.params([shapes[i] for i in n.inputs])]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The definition as JSON-ready data: what a checkpoint stores."""
+        return {"format": FORMAT, "nodes": [
+            {"name": n.name, "layer": type(n.layer).__name__, "args": n.layer.arguments(), "inputs": list(n.inputs)}
+            for n in self.nodes]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Graph":
+        """A definition read back from data: no code runs; an unknown layer or a newer format is one line."""
+        fmt = str(data.get("format", ""))
+        if not fmt.startswith("multidev-model/"):
+            raise MultidevError(f"not a multidev model definition (format {fmt!r})")
+        if fmt != FORMAT:
+            raise MultidevError(f"the model definition is {fmt}, from a newer multidev (this one reads {FORMAT}): "
+                                f"upgrade multidev")
+        nodes = []
+        for n in data["nodes"]:
+            if n["layer"] not in LAYERS:
+                raise MultidevError(f"layer {n['layer']!r} of node {n['name']!r} is unknown to this multidev "
+                                    f"(it knows {', '.join(LAYERS)}): upgrade multidev")
+            nodes.append(NodeSpec(n["name"], LAYERS[n["layer"]](**n["args"]), tuple(n["inputs"])))
+        return cls(tuple(nodes))
