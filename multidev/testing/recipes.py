@@ -99,6 +99,7 @@ class RecipeChecks(EngineFixtures):
         assert_states_close(got, want_opt, rtol=FLOAT64_RTOL, names=[n for n in want_opt if n != STEP],
                             promise=f"optimizers: the {recipe} state after three updates is not the formula's")
 
+    @pytest.mark.slow  # 13 s on a JAX engine; LeNet's float64 recipe checks stay in the quick suite
     def test_recipe_float64_resnet_decays_batchnorm(self, engine):
         """Weight decay on every parameter, BatchNorm's scale and shift too; uneven shards, two updates."""
         self.require(engine, "optimizers")
