@@ -120,9 +120,7 @@ def time_handwritten(args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float,
     import optax
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
-    from multidev_jax.model import (
-        PRECISION,  # same arithmetic as the engine: a fair race
-    )
+    from multidev_jax.model import PRECISION  # same arithmetic as the engine: a fair race
 
     conv = partial(nn.Conv, precision=PRECISION)
 

@@ -10,35 +10,15 @@ from __future__ import annotations
 from multidev.engines.capabilities import CAPABILITIES
 from multidev.engines.idioms import MultiProcess, ReplicaStates, first_line, labels, predictions
 from multidev.engines.lockstep import AllGather, combine_moments, run_lockstep
-from multidev.engines.protocol import (
-    Backend,
-    BatchT,
-    MultiProcessBackend,
-    OptimizerState,
-    Replicas,
-    Setup,
-    StepStats,
-)
+from multidev.engines.protocol import Backend, BatchT, MultiProcessBackend, OptimizerState, Replicas, Setup, StepStats
 from multidev.errors import MultidevError
 from multidev.processes.group import ProcessGroup
 from multidev.processes.launch import Launch
 from multidev.processes.spawn import Helper, cause, spawn, worker_failed
 from multidev.processes.threads import usable_cores
-from multidev.rules.batchnorm import (
-    BN_EPS,
-    BN_MOMENTUM,
-    running_statistic,
-    statistic_sources,
-)
+from multidev.rules.batchnorm import BN_EPS, BN_MOMENTUM, running_statistic, statistic_sources
 from multidev.rules.devices import Device
-from multidev.rules.models import (
-    Block,
-    ModelSpec,
-    Param,
-    State,
-    lenet_flat_features,
-    resnet18_blocks,
-)
+from multidev.rules.models import Block, ModelSpec, Param, State, lenet_flat_features, resnet18_blocks
 from multidev.rules.optimizers import STEP, Optimizer, check_state, slot_name
 from multidev.rules.precision import DTYPES, PRECISIONS
 from multidev.rules.split import DeviceShard, Placed, Shards

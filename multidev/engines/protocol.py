@@ -12,14 +12,7 @@ docs/writing-a-backend.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import (
-    TYPE_CHECKING,
-    Optional,
-    Protocol,
-    Sequence,
-    TypeVar,
-    runtime_checkable,
-)
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence, TypeVar, runtime_checkable
 
 import numpy as np
 

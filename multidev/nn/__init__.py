@@ -13,24 +13,8 @@ so does the class count of a last ``Dense()``. ``Sequential`` and
 """
 
 from multidev.nn.graph import Graph, Input, Model, Residual, Sequential
-from multidev.nn.layers import (
-                                GELU,
-                                Add,
-                                AvgPool2d,
-                                BatchNorm,
-                                Concat,
-                                Conv2d,
-                                Dense,
-                                Dropout,
-                                Flatten,
-                                GlobalAvgPool,
-                                Layer,
-                                LayerNorm,
-                                MaxPool2d,
-                                ReLU,
-                                Sigmoid,
-                                Tanh,
-)
+from multidev.nn.layers import (GELU, Add, AvgPool2d, BatchNorm, Concat, Conv2d, Dense, Dropout, Flatten, GlobalAvgPool,
+                                Layer, LayerNorm, MaxPool2d, ReLU, Sigmoid, Tanh)
 from multidev.nn.zoo import ZOO, convnet, lenet, mlp, resnet18
 
 __all__ = ["Add", "AvgPool2d", "BatchNorm", "Concat", "Conv2d", "Dense", "Dropout", "Flatten", "GELU",

@@ -1,15 +1,7 @@
 """Every check class of the kit in one: what an engine's tests subclass."""
 
-from multidev.testing.kit import (
-    AccuracyChecks,
-    AggregationChecks,
-    BatchNormChecks,
-    CheckpointChecks,
-    EvaluationChecks,
-    ParityChecks,
-    PlacementChecks,
-    ReplicateChecks,
-)
+from multidev.testing.kit import (AccuracyChecks, AggregationChecks, BatchNormChecks, CheckpointChecks,
+                                  EvaluationChecks, ParityChecks, PlacementChecks, ReplicateChecks)
 from multidev.testing.processes import MultiProcessChecks
 from multidev.testing.recipes import RecipeChecks
 

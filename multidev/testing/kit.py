@@ -40,16 +40,8 @@ from multidev.rules.batchnorm import BN_MOMENTUM
 from multidev.rules.devices import resolve_devices
 from multidev.rules.models import ModelSpec
 from multidev.rules.split import cut, shard_bounds, shard_sizes
-from multidev.testing._helpers import (
-    LENET,
-    RESNET,
-    assert_states_close,
-    assert_states_equal,
-    batch,
-    conv2d_nchw,
-    kink_margin,
-    max_rel_error,
-)
+from multidev.testing._helpers import (LENET, RESNET, assert_states_close, assert_states_equal, batch, conv2d_nchw,
+                                       kink_margin, max_rel_error)
 from multidev.training.api import train
 
 #: Tolerances the project holds (docs/contract.md): float32 sums taken in another order.

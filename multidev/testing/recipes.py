@@ -28,14 +28,8 @@ from multidev.engines.protocol import Replicas
 from multidev.rules.optimizers import STEP, Optimizer
 from multidev.rules.split import cut, shard_sizes
 from multidev.testing._helpers import LENET, RESNET, assert_states_close, batch
-from multidev.testing.kit import (
-    ACCURACY_FLOOR,
-    CROSS_ENGINE_RTOL,
-    FLOAT64_RTOL,
-    SAME_ENGINE_RTOL,
-    EngineFixtures,
-    settled_accuracy,
-)
+from multidev.testing.kit import (ACCURACY_FLOOR, CROSS_ENGINE_RTOL, FLOAT64_RTOL, SAME_ENGINE_RTOL, EngineFixtures,
+                                  settled_accuracy)
 from multidev.training.api import train
 
 #: name -> optimizer; large decays and AdamW's eps of 1e-3 make a wrong definition show in three updates

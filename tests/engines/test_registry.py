@@ -5,12 +5,7 @@ import sys
 
 import pytest
 
-from multidev import (
-    BackendNotInstalled,
-    MultidevError,
-    installed_backends,
-    load_backend,
-)
+from multidev import BackendNotInstalled, MultidevError, installed_backends, load_backend
 from multidev.engines import registry
 from multidev.testing.fake import registered
 

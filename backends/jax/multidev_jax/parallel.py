@@ -20,16 +20,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from multidev.engine import (
-    MultidevError,
-    ReplicaStates,
-    Setup,
-    Shards,
-    State,
-    StepStats,
-    check_state,
-    predictions,
-)
+from multidev.engine import MultidevError, ReplicaStates, Setup, Shards, State, StepStats, check_state, predictions
 
 from . import optimizers
 from .compiled import Compiler

@@ -11,14 +11,7 @@ import numpy as np
 import pytest
 
 import multidev
-from multidev import (
-    Device,
-    ModelSpec,
-    MultidevError,
-    load_backend,
-    resolve_devices,
-    shard_sizes,
-)
+from multidev import Device, ModelSpec, MultidevError, load_backend, resolve_devices, shard_sizes
 from multidev.testing import RESNET, batch
 
 

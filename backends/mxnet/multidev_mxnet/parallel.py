@@ -38,22 +38,8 @@ from typing import Optional
 
 import numpy as np
 
-from multidev.engine import (
-    DeviceShard,
-    MultidevError,
-    Placed,
-    ReplicaStates,
-    Setup,
-    Shards,
-    State,
-    StepStats,
-    check_state,
-    first_line,
-    labels,
-    predictions,
-    run_lockstep,
-    statistic_sources,
-)
+from multidev.engine import (DeviceShard, MultidevError, Placed, ReplicaStates, Setup, Shards, State, StepStats,
+                             check_state, first_line, labels, predictions, run_lockstep, statistic_sources)
 
 from . import distributed, optimizers
 from .batchnorm import StatsExchange

@@ -21,16 +21,8 @@ from multidev import load_backend, shard_sizes
 from multidev.rules.batchnorm import BN_EPS, BN_MOMENTUM
 from multidev.rules.devices import resolve_devices
 from multidev.rules.optimizers import Optimizer
-from multidev.testing import (
-    ACCURACY_FLOOR,
-    LENET,
-    RESNET,
-    SAME_ENGINE_RTOL,
-    assert_states_close,
-    assert_states_equal,
-    batch,
-    settled_accuracy,
-)
+from multidev.testing import (ACCURACY_FLOOR, LENET, RESNET, SAME_ENGINE_RTOL, assert_states_close, assert_states_equal,
+                              batch, settled_accuracy)
 
 TIME_LIMIT = 180  # seconds; a healthy run takes a few
 

@@ -23,21 +23,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from multidev.engine import (
-    AllGather,
-    DeviceShard,
-    MultidevError,
-    Placed,
-    ReplicaStates,
-    Setup,
-    Shards,
-    State,
-    StepStats,
-    labels,
-    predictions,
-    run_lockstep,
-    statistic_sources,
-)
+from multidev.engine import (AllGather, DeviceShard, MultidevError, Placed, ReplicaStates, Setup, Shards, State,
+                             StepStats, labels, predictions, run_lockstep, statistic_sources)
 
 from . import optimizers
 from .batchnorm import BatchNorm

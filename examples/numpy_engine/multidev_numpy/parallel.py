@@ -20,18 +20,8 @@ from typing import Optional
 
 import numpy as np
 
-from multidev.engine import (
-    DeviceShard,
-    Placed,
-    ReplicaStates,
-    Setup,
-    Shards,
-    State,
-    StepStats,
-    labels,
-    predictions,
-    running_statistic,
-)
+from multidev.engine import (DeviceShard, Placed, ReplicaStates, Setup, Shards, State, StepStats, labels, predictions,
+                             running_statistic)
 from multidev.reference import Run, backward, build, layers
 
 Shard = DeviceShard[np.ndarray]
