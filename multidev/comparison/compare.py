@@ -103,7 +103,7 @@ def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2
     float64 run that stays on the truth shows that the engine defines
     everything the same.
     """
-    base = (settings or Settings()).replace(**kwargs) if kwargs else (settings or Settings())
+    base = (settings or Settings()).replace(**kwargs)
     specs = list(runs) if runs is not None else grid(backends, devices, base)
     if not specs:
         raise MultidevError("nothing to compare: name at least one engine and one device count")

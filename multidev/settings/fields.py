@@ -40,13 +40,6 @@ class Flag:
     exclusive: Optional[str] = None
     group: Optional[str] = None         # the --help section
 
-    @property
-    def dest(self) -> str:
-        return self.name
-
-    def is_switch(self, default: Any) -> bool:
-        return isinstance(default, bool)
-
 
 def setting(default: Any, flag: Optional[str] = None, help: str = "", **options: Any) -> Any:
     """A field of a run's settings (see :class:`Flag` for the options)."""
@@ -78,12 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, command: str) -> N
                 exclusive[meta.exclusive] = target.add_mutually_exclusive_group()
             target = exclusive[meta.exclusive]
         default = cli_default(f, meta)
-        if meta.is_switch(f.default):
+        if isinstance(f.default, bool):
             # a switch turns the command line's default around: --tf32 (off by default), --no-prefetch (on)
-            target.add_argument(meta.flag, dest=meta.dest, action="store_false" if default else "store_true",
+            target.add_argument(meta.flag, dest=meta.name, action="store_false" if default else "store_true",
                                 help=meta.help)
         else:
-            target.add_argument(meta.flag, dest=meta.dest, default=default, type=meta.type, choices=meta.choices,
+            target.add_argument(meta.flag, dest=meta.name, default=default, type=meta.type, choices=meta.choices,
                                 help=meta.help)
 
 
@@ -96,7 +89,7 @@ def argv(value: Any, cls: type, command: str = "train") -> list[str]:
         v, default = getattr(value, f.name), cli_default(f, meta)
         if v == default:
             continue
-        if meta.is_switch(f.default):
+        if isinstance(f.default, bool):
             args.append(meta.flag)
         elif v is not None:
             args += [meta.flag, meta.text(v)]

@@ -262,10 +262,3 @@ def from_args(args: argparse.Namespace, **fixed: Any) -> Settings:
     given = {f.name: getattr(args, f.name) for f, meta in _fields.fields(Settings) if hasattr(args, f.name)}
     return Settings(**{**given, **fixed})
 
-
-def keyword_help() -> str:
-    """Every keyword argument of ``multidev.train`` with its meaning, for the docstring."""
-    lines = []
-    for f, meta in _fields.fields(Settings):
-        lines.append(f"    {f.name} (default {f.default!r}): {meta.help}")
-    return "\n".join(lines)

@@ -61,10 +61,9 @@ def train(backend: str | Backend | None = None, *, settings: Optional[Settings] 
 
     {settings}
     """
-    s = settings if settings is not None else Settings()
     if backend is not None:
         kwargs["backend"] = backend
-    s = s.replace(**kwargs) if kwargs else s
+    s = (settings or Settings()).replace(**kwargs)
     engine = load_backend(s.backend) if isinstance(s.backend, str) else s.backend
     joined = from_environment()
     if s.launch.size > 1:

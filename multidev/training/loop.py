@@ -38,6 +38,11 @@ class Stopped(Exception):
         self.position = position
 
 
+def steps_per_epoch(data: Dataset, s: Settings) -> int:
+    """Updates in one pass over ``data``: each of ``accumulate`` micro-batches of ``batch_size`` rows."""
+    return num_batches(len(data.x_train), s.batch_size * s.accumulate)
+
+
 @dataclass(frozen=True)
 class Epoch:
     """What one epoch trains on: the data, its seeded order, the rate of each update and the job's rows."""
@@ -54,7 +59,7 @@ class Epoch:
         return self.settings.batch_size * self.settings.accumulate
 
     def steps(self) -> int:
-        return num_batches(len(self.data.x_train), self.update_rows)
+        return steps_per_epoch(self.data, self.settings)
 
     def micro_batches(self, done: int) -> Iterator[tuple[int, bool, np.ndarray, Optional[int]]]:
         """(update, last micro-batch of it, rows, rows of the whole update or None) after update ``done``."""

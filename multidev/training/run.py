@@ -7,7 +7,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from multidev.data import Dataset, load_dataset, num_batches
+from multidev.data import Dataset, load_dataset
 from multidev.engines.capabilities import check_claims
 from multidev.engines.protocol import Backend, Replicas, Setup, replicate
 from multidev.engines.registry import engine_version
@@ -25,7 +25,7 @@ from multidev.settings.recipe import Recipe
 from multidev.settings.run import Settings
 from multidev.training.evaluate import evaluate
 from multidev.training.interrupt import Interrupted, StopFlag, stop_at_step_boundary
-from multidev.training.loop import Epoch, Position, Stopped, train_epoch
+from multidev.training.loop import Epoch, Position, Stopped, steps_per_epoch, train_epoch
 from multidev.training.rhythm import Rhythm
 
 OnEpoch = Optional[Callable[[EpochRecord], None]]
@@ -81,7 +81,7 @@ class Training:
 
     @property
     def steps_per_epoch(self) -> int:
-        return num_batches(len(self.data.x_train), self.settings.batch_size * self.settings.accumulate)
+        return steps_per_epoch(self.data, self.settings)
 
     def rate(self, epoch: int) -> Callable[[int], float]:
         s, steps = self.settings, self.steps_per_epoch
@@ -162,7 +162,7 @@ def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch =
     start = resume_from(s, spec) if s.resume is not None else Start(spec.init(s.seed), s.seed)
     setup = Setup(spec, tuple(chosen), s.batchnorm, s.dtype, job.group, optimizer=s.recipe.optimizer,
                   accumulate=s.accumulate, precision=s.precision, tf32=s.tf32)
-    s.recipe.schedule.check(num_batches(len(data.x_train), s.batch_size * s.accumulate), s.epochs)
+    s.recipe.schedule.check(steps_per_epoch(data, s), s.epochs)
     replicas = replicate(engine, setup, start.state)
     if start.optimizer_state is not None:
         check_state(s.recipe.optimizer, spec, start.optimizer_state)
