@@ -12,22 +12,24 @@ from multidev.engines.idioms import MultiProcess, ReplicaStates, first_line, lab
 from multidev.engines.lockstep import AllGather, combine_moments, run_lockstep
 from multidev.engines.protocol import Backend, BatchT, MultiProcessBackend, OptimizerState, Replicas, Setup, StepStats
 from multidev.errors import MultidevError
+from multidev.nn.layers import LN_EPS
+from multidev.nn.zoo import Block, resnet18_blocks
 from multidev.processes.group import ProcessGroup
 from multidev.processes.launch import Launch
 from multidev.processes.spawn import Helper, cause, spawn, worker_failed
 from multidev.processes.threads import usable_cores
 from multidev.rules.batchnorm import BN_EPS, BN_MOMENTUM, running_statistic, statistic_sources
 from multidev.rules.devices import Device
-from multidev.rules.models import Block, ModelSpec, Param, State, lenet_flat_features, resnet18_blocks
+from multidev.rules.models import ModelSpec, Param, State
 from multidev.rules.optimizers import STEP, Optimizer, check_state, slot_name
 from multidev.rules.precision import DTYPES, PRECISIONS
 from multidev.rules.split import DeviceShard, Placed, Shards
 
 __all__ = [
     "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "cause", "DTYPES", "Device",
-    "DeviceShard", "Helper", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Optimizer",
+    "DeviceShard", "Helper", "LN_EPS", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Optimizer",
     "OptimizerState", "PRECISIONS", "Param", "Placed", "ProcessGroup", "STEP", "check_state", "slot_name",
-    "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments", "lenet_flat_features",
+    "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments",
     "resnet18_blocks", "run_lockstep", "running_statistic", "spawn", "statistic_sources", "worker_failed",
     # idioms every engine shares (multidev.engines.idioms), and the cores a process may run on
     "MultiProcess", "ReplicaStates", "first_line", "labels", "predictions", "usable_cores",

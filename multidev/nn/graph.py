@@ -18,13 +18,12 @@ checkpoints as JSON and read back without running any code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
 from multidev.errors import MultidevError
-from multidev.nn.layers import LAYERS, Add, Dense, Layer, Shape
+from multidev.nn.layers import LAYERS, Add, Dense, Dropout, Layer, Param, Shape, State
 from multidev.nn.node import Input, Node, Scope, current
-from multidev.rules.models import Param
 
 FORMAT = "multidev-model/1"
 
@@ -168,10 +167,15 @@ class NodeSpec:
 class Graph:
     """A definition flattened: every node after its inputs; the last node is the output (the logits).
 
-    Two graphs are equal when their data (:meth:`to_dict`) is.
+    Two graphs are equal when their data (:meth:`to_dict`) is. ``weights``:
+    initial values that came with the definition (an imported ONNX file's),
+    used instead of the seed's; ``source``: the file it was read from, which is
+    how the workers of a job get it.
     """
 
     nodes: tuple[NodeSpec, ...]
+    weights: Optional[State] = field(default=None, repr=False)
+    source: Optional[str] = None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Graph) and self.to_dict() == other.to_dict()
@@ -187,8 +191,13 @@ class Graph:
         last = self.nodes[-1]
         if isinstance(last.layer, Dense) and last.layer.out_features is None and num_classes is not None:
             layer = Dense(num_classes, bias=last.layer.bias, name=last.layer.name)
-            return Graph(self.nodes[:-1] + (NodeSpec(last.name, layer, last.inputs),))
+            return Graph(self.nodes[:-1] + (NodeSpec(last.name, layer, last.inputs),), self.weights, self.source)
         return self
+
+    def dropouts(self, in_shape: Shape) -> list[tuple[str, float, Shape]]:
+        """(node name, rate, shape of one sample's values) of every Dropout: where the core draws masks."""
+        shapes = self.shapes(in_shape)
+        return [(n.name, float(n.layer.p), shapes[n.inputs[0]]) for n in self.nodes if isinstance(n.layer, Dropout)]
 
     def shapes(self, in_shape: Shape) -> dict[str, Shape]:
         """Every node's output shape for inputs of ``in_shape``; a layer that does not fit is one line."""

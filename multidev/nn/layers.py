@@ -13,10 +13,28 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
+import numpy as np
+
 from multidev.errors import MultidevError
 from multidev.nn.node import Node, apply
 
 Shape = tuple[int, ...]
+#: LayerNorm's epsilon, as torch's and ONNX's default
+LN_EPS = 1e-5
+State = dict[str, np.ndarray]  # canonical name -> array, in the model's order
+
+
+@dataclass(frozen=True)
+class Param:
+    """One array of a model: canonical name, shape, and role (which decides its initial value)."""
+
+    name: str
+    shape: tuple[int, ...]
+    role: str  # conv | dense | bias | gamma | beta | mean | var
+
+    @property
+    def trainable(self) -> bool:
+        return self.role not in ("mean", "var")
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,39 @@ dropout.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from multidev.nn.graph import Residual, Sequential
 from multidev.nn.layers import AvgPool2d, BatchNorm, Conv2d, Dense, Dropout, Flatten, GlobalAvgPool, MaxPool2d, ReLU
-from multidev.rules.models import resnet18_blocks
+
+
+@dataclass(frozen=True)
+class Block:
+    """One residual block of ResNet-18: where it sits and what it does."""
+
+    prefix: str
+    in_channels: int
+    out_channels: int
+    stride: int
+
+    @property
+    def projection(self) -> bool:
+        return self.stride != 1 or self.in_channels != self.out_channels
+
+
+RESNET18_WIDTHS = (64, 128, 256, 512)
+
+
+def resnet18_blocks() -> list[Block]:
+    """Four stages of two blocks; stages 2-4 open with stride 2 and a 1x1 projection."""
+    blocks, channels = [], 64
+    for s, width in enumerate(RESNET18_WIDTHS, start=1):
+        for b in (1, 2):
+            stride = 2 if (s > 1 and b == 1) else 1
+            blocks.append(Block(f"stage{s}.block{b}", channels, width, stride))
+            channels = width
+    return blocks
 
 
 def _conv_bn(width: int, stride: int = 1) -> tuple:

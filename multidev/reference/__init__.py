@@ -10,21 +10,24 @@ contract exactly.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from multidev.nn.layers import ReLU
 from multidev.reference import layers
-from multidev.reference.network import Run, Sequential, build
+from multidev.reference.network import Network, Run, build
 from multidev.rules.batchnorm import running_statistic
 from multidev.rules.models import ModelSpec, State
 from multidev.rules.split import split
 
-__all__ = ["Run", "Sequential", "backward", "build", "gradients", "layers", "predict", "recipe_steps", "relu_inputs",
+Masks = Optional[Mapping[str, np.ndarray]]  # Dropout node -> the whole batch's multipliers (B, *shape)
+
+__all__ = ["Network", "Run", "backward", "build", "gradients", "layers", "predict", "recipe_steps", "relu_inputs",
            "sgd_step", "train_step"]
 
 
-def backward(model: Sequential, run: Run, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray],
+def backward(model: Network, run: Run, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray],
              total: int) -> tuple[float, int, State]:
     """(loss sum, correct, summed gradient) of the mean loss over ``total`` samples; one shard per run device.
 
@@ -39,9 +42,21 @@ def backward(model: Sequential, run: Run, xs: Sequence[np.ndarray], ys: Sequence
 
 
 def _shards(x: np.ndarray, y: np.ndarray, sizes: Optional[Sequence[int]], dtype) -> tuple[list, list]:
-    sizes = [len(x)] if sizes is None else [s for s in sizes if s > 0]
+    sizes = _active(x, sizes)
     xs = [np.asarray(part, dtype) for part in split(np.asarray(x), sizes)]
     return xs, split(np.asarray(y, np.int64), sizes)
+
+
+def _active(x: np.ndarray, sizes: Optional[Sequence[int]]) -> list[int]:
+    return [len(x)] if sizes is None else [s for s in sizes if s > 0]
+
+
+def _masks(masks: Masks, x: np.ndarray, sizes: Optional[Sequence[int]], dtype) -> Optional[list[dict]]:
+    """Each active device's rows of the whole batch's Dropout multipliers."""
+    if masks is None:
+        return None
+    parts = {name: split(np.asarray(m, dtype), _active(x, sizes)) for name, m in masks.items()}
+    return [{name: p[d] for name, p in parts.items()} for d in range(len(_active(x, sizes)))]
 
 
 def _copies(spec: ModelSpec, state: State, k: int, dtype) -> list[State]:
@@ -49,26 +64,31 @@ def _copies(spec: ModelSpec, state: State, k: int, dtype) -> list[State]:
 
 
 def gradients(spec: ModelSpec, state: State, x: np.ndarray, y: np.ndarray, sizes: Optional[Sequence[int]] = None,
-              batchnorm: str = "local", dtype=np.float64) -> State:
-    """The contract's aggregated gradient for a batch cut by ``sizes`` (one device when None), in ``dtype``."""
+              batchnorm: str = "local", dtype=np.float64, masks: Masks = None) -> State:
+    """The contract's aggregated gradient for a batch cut by ``sizes`` (one device when None), in ``dtype``.
+
+    ``masks``: the whole batch's Dropout multipliers by node, for a model with Dropout.
+    """
     xs, ys = _shards(x, y, sizes, dtype)
-    run = Run(_copies(spec, state, len(xs), dtype), train=True, sync=batchnorm == "sync", update_stats=False)
+    run = Run(_copies(spec, state, len(xs), dtype), train=True, sync=batchnorm == "sync", update_stats=False,
+              masks=_masks(masks, x, sizes, dtype))
     return backward(build(spec), run, xs, ys, len(x))[2]
 
 
 def sgd_step(spec: ModelSpec, state: State, x: np.ndarray, y: np.ndarray, lr: float,
-             sizes: Optional[Sequence[int]] = None, batchnorm: str = "local", dtype=np.float64) -> State:
+             sizes: Optional[Sequence[int]] = None, batchnorm: str = "local", dtype=np.float64,
+             masks: Masks = None) -> State:
     """The state after one plain SGD step of the contract, running statistics included, in ``dtype``."""
-    return train_step(spec, state, x, y, lr, sizes, batchnorm, dtype)[0]
+    return train_step(spec, state, x, y, lr, sizes, batchnorm, dtype, masks)[0]
 
 
 def train_step(spec: ModelSpec, state: State, x: np.ndarray, y: np.ndarray, lr: float,
                sizes: Optional[Sequence[int]] = None, batchnorm: str = "local",
-               dtype=np.float64) -> tuple[State, float, int]:
+               dtype=np.float64, masks: Masks = None) -> tuple[State, float, int]:
     """(new state, loss sum, correct) of one SGD step: :func:`sgd_step` with the step's training-mode sums."""
     xs, ys = _shards(x, y, sizes, dtype)
     replicas = _copies(spec, state, len(xs), dtype)
-    run = Run(replicas, train=True, sync=batchnorm == "sync", update_stats=True)
+    run = Run(replicas, train=True, sync=batchnorm == "sync", update_stats=True, masks=_masks(masks, x, sizes, dtype))
     loss, correct, grads = backward(build(spec), run, xs, ys, len(x))
     new = {name: replicas[0][name] - dtype(lr) * grads[name] for name in spec.trainable()}
     for name in spec.statistics():  # every shard here has data: all devices are active
@@ -82,16 +102,8 @@ def predict(spec: ModelSpec, state: State, x: np.ndarray, dtype=np.float64) -> n
     return build(spec).forward(run, [np.asarray(x, dtype)])[0]
 
 
-def _modules(node: object):
-    """Every layer object of a network, depth first."""
-    yield node
-    children = getattr(node, "children", None) or [v for v in vars(node).values() if hasattr(v, "forward")]
-    for child in children:
-        yield from _modules(child)
-
-
 def relu_inputs(spec: ModelSpec, state: State, x: np.ndarray, sizes: Optional[Sequence[int]] = None,
-                batchnorm: str = "local", dtype=np.float64) -> list[np.ndarray]:
+                batchnorm: str = "local", dtype=np.float64, masks: Masks = None) -> list[np.ndarray]:
     """What every ReLU receives in a training-mode forward pass (one array per ReLU and device).
 
     A gradient is not continuous at a ReLU's kink: where an input sits closer
@@ -99,17 +111,15 @@ def relu_inputs(spec: ModelSpec, state: State, x: np.ndarray, sizes: Optional[Se
     their gradients differ by far more than rounding. The conformance kit uses
     these values to judge gradients only on cases that stay clear of kinks.
     """
-    model = build(spec)
-    seen: list[np.ndarray] = []
-    for layer in _modules(model):
-        if getattr(layer, "_forward", None) is layers.relu:
-            def watched(v, forward=layer._forward):
-                seen.append(np.array(v, np.float64))
-                return forward(v)
-            layer._forward = watched
+    model, seen = build(spec), []
+
+    def watch(layer, values):
+        if isinstance(layer, ReLU):
+            seen.extend(np.array(v, np.float64) for v in values)
+    model.watch = watch
     xs, _ = _shards(x, np.zeros(len(x)), sizes, dtype)
     model.forward(Run(_copies(spec, state, len(xs), dtype), train=True, sync=batchnorm == "sync",
-                      update_stats=False), xs)
+                      update_stats=False, masks=_masks(masks, x, sizes, dtype)), xs)
     return seen
 
 

@@ -22,11 +22,13 @@ import numpy as np
 
 from multidev.rules.batchnorm import BN_EPS, BN_MOMENTUM
 
-AXES = (0, 2, 3)  # NCHW: statistics per channel, over samples and pixels
+def _axes(x: np.ndarray) -> tuple[int, ...]:
+    """Statistics per channel: over samples and pixels for NCHW images, over samples for (N, F) features."""
+    return (0, *range(2, x.ndim))
 
 
-def _per_channel(v: np.ndarray) -> np.ndarray:
-    return v[None, :, None, None]
+def _per_channel(v: np.ndarray, ndim: int = 4) -> np.ndarray:
+    return v.reshape((1, -1) + (1,) * (ndim - 2))
 
 
 def _over_s(parts: list, sync: bool) -> list:
@@ -51,15 +53,16 @@ class BatchNorm:
         names = [f"{self.name}.{k}" for k in ("gamma", "beta", "running_mean", "running_var")]
         gamma, beta, r_mean, r_var = ([p[n] for p in run.params] for n in names)
         if not run.train:  # inference: the running statistics, nothing to exchange
-            return [_per_channel(g / np.sqrt(v + BN_EPS)) * (x - _per_channel(m)) + _per_channel(b)
-                    for x, g, b, m, v in zip(xs, gamma, beta, r_mean, r_var)]
+            return [_per_channel(g / np.sqrt(v + BN_EPS), x.ndim) * (x - _per_channel(m, x.ndim))
+                    + _per_channel(b, x.ndim) for x, g, b, m, v in zip(xs, gamma, beta, r_mean, r_var)]
 
+        nd, axes = xs[0].ndim, _axes(xs[0])
         counts = _over_s([x.size // x.shape[1] for x in xs], run.sync)
-        means = [s / n for s, n in zip(_over_s([x.sum(axis=AXES) for x in xs], run.sync), counts)]
-        centred = [x - _per_channel(m) for x, m in zip(xs, means)]
+        means = [s / n for s, n in zip(_over_s([x.sum(axis=axes) for x in xs], run.sync), counts)]
+        centred = [x - _per_channel(m, nd) for x, m in zip(xs, means)]
         # Two passes (mean, then the mean square about it), as one device computes
         # it: E[x^2] - E[x]^2 in float32 would lose the digits the kit checks.
-        variances = [s / n for s, n in zip(_over_s([(c * c).sum(axis=AXES) for c in centred], run.sync), counts)]
+        variances = [s / n for s, n in zip(_over_s([(c * c).sum(axis=axes) for c in centred], run.sync), counts)]
         inv_std = [1.0 / np.sqrt(v + BN_EPS) for v in variances]
 
         if run.update_stats:
@@ -69,19 +72,21 @@ class BatchNorm:
                 p[names[2]] = (1 - BN_MOMENTUM) * p[names[2]] + BN_MOMENTUM * m
                 p[names[3]] = (1 - BN_MOMENTUM) * p[names[3]] + BN_MOMENTUM * v
 
-        xhat = [c * _per_channel(s) for c, s in zip(centred, inv_std)]
+        xhat = [c * _per_channel(s, nd) for c, s in zip(centred, inv_std)]
         self.saved = list(zip(xhat, inv_std, gamma, counts))
-        return [_per_channel(g) * xh + _per_channel(b) for xh, g, b in zip(xhat, gamma, beta)]
+        return [_per_channel(g, nd) * xh + _per_channel(b, nd) for xh, g, b in zip(xhat, gamma, beta)]
 
     def backward(self, run, dys: list[np.ndarray]) -> list[np.ndarray]:
-        sum_dy = [dy.sum(axis=AXES) for dy in dys]
-        sum_dy_xhat = [(dy * xh).sum(axis=AXES) for dy, (xh, *_) in zip(dys, self.saved)]
+        nd, axes = dys[0].ndim, _axes(dys[0])
+        sum_dy = [dy.sum(axis=axes) for dy in dys]
+        sum_dy_xhat = [(dy * xh).sum(axis=axes) for dy, (xh, *_) in zip(dys, self.saved)]
         for g, d_beta, d_gamma in zip(run.grads, sum_dy, sum_dy_xhat):
             g[f"{self.name}.beta"], g[f"{self.name}.gamma"] = d_beta, d_gamma
         # The statistics' share of the gradient: means over S, summed across devices under sync.
         sum_dy, sum_dy_xhat = _over_s(sum_dy, run.sync), _over_s(sum_dy_xhat, run.sync)
         dxs = []
         for dy, (xh, inv_std, gamma, n), s1, s2 in zip(dys, self.saved, sum_dy, sum_dy_xhat):
-            dxs.append(_per_channel(gamma * inv_std) * (dy - _per_channel(s1 / n) - xh * _per_channel(s2 / n)))
+            dxs.append(_per_channel(gamma * inv_std, nd) * (dy - _per_channel(s1 / n, nd)
+                                                             - xh * _per_channel(s2 / n, nd)))
         self.saved = []
         return dxs

@@ -1,160 +1,217 @@
-"""The book's small-image ResNet-18 and LeNet, with the core's canonical names.
+"""Any ``multidev.nn`` definition run forward and backward in NumPy, on simulated devices in lockstep.
 
-The replicas run in lockstep: each layer runs on every device's shard before
-the next layer starts, so an activation is a list with one array per device.
-That is how SPMD programs run on real devices, and it gives the one layer that
-exchanges data between devices (sync BatchNorm) every device's values at the
-moment it needs them, without threads. Each device computes with its own copy
-of the parameters (``Run.params``), never device 0's.
+The replicas run in lockstep: each node runs on every device's shard before
+the next node starts, so an activation is a list with one array per device.
+That is how SPMD programs run on real devices, and it gives the one layer
+that exchanges data between devices (sync BatchNorm) every device's values
+at the moment it needs them, without threads. Each device computes with its
+own copy of the parameters (``Run.params``), never device 0's.
 
 Parameters live in plain dicts under their canonical names
-(``multidev.ModelSpec.params()``), so the state, a checkpoint and the
-gradients are the same dict shape with no renaming.
+(``ModelSpec.params()``), so the state, a checkpoint and the gradients are
+the same dict shape with no renaming.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import numpy as np
 
+from multidev.errors import MultidevError
+from multidev.nn import layers as nn
+from multidev.nn.graph import Graph
 from multidev.reference import layers
 from multidev.reference.batchnorm import BatchNorm
-from multidev.rules.models import ModelSpec, State, resnet18_blocks
+from multidev.rules.models import ModelSpec, State
+
+Arrays = list[np.ndarray]  # one array per device
 
 
 @dataclass
 class Run:
-    """One forward (and backward) pass over the active devices: device i uses ``params[i]``."""
+    """One forward (and backward) pass over the active devices: device i uses ``params[i]``.
+
+    ``masks``: training only, device i's Dropout multipliers by node name (``multidev.rules.dropout``).
+    """
 
     params: list[State]
     train: bool
     sync: bool = False           # BatchNorm over the whole minibatch
     update_stats: bool = True    # BatchNorm running statistics (off when only gradients are asked for)
+    masks: Optional[list[dict[str, np.ndarray]]] = None
     grads: list[State] = field(init=False)  # device i's gradients, filled in by the backward pass
 
     def __post_init__(self) -> None:
         self.grads = [{} for _ in self.params]
 
 
-class PerDevice:
-    """A layer with no cross-device traffic: the same single-device function on every shard."""
+class Node:
+    """One layer of the graph on every device: forward keeps what backward needs, per device."""
 
-    def forward(self, run: Run, xs: list[np.ndarray]) -> list[np.ndarray]:
-        outs = [self.forward_one(p, x) for p, x in zip(run.params, xs)]
+    def __init__(self, name: str, layer: nn.Layer) -> None:
+        self.name, self.layer, self.saved = name, layer, []
+
+    def forward(self, run: Run, inputs: list[Arrays]) -> Arrays:
+        outs = [self.one(run, d, [xs[d] for xs in inputs]) for d in range(len(run.params))]
         self.saved = [cache for _, cache in outs]
         return [y for y, _ in outs]
 
-    def backward(self, run: Run, dys: list[np.ndarray]) -> list[np.ndarray]:
-        dxs = [self.backward_one(g, dy, cache) for g, dy, cache in zip(run.grads, dys, self.saved)]
+    def backward(self, run: Run, dys: Arrays) -> list[Arrays]:
+        """The gradient of each input (one list per input, one array per device)."""
+        per_device = [self.back(run.grads[d], dy, cache) for d, (dy, cache) in enumerate(zip(dys, self.saved))]
         self.saved = []  # free the activations as soon as they are used
-        return dxs
+        return [list(parts) for parts in zip(*per_device)]
+
+    def one(self, run: Run, d: int, xs: Arrays) -> tuple[np.ndarray, object]:
+        raise NotImplementedError
+
+    def back(self, g: State, dy: np.ndarray, cache) -> list[np.ndarray]:
+        raise NotImplementedError
 
 
-class Conv(PerDevice):
-    def __init__(self, name: str, stride: int = 1, padding: int = 1, bias: bool = False) -> None:
-        self.name, self.stride, self.padding, self.bias = name, stride, padding, bias
+class Conv(Node):
+    def one(self, run, d, xs):
+        p, lay = run.params[d], self.layer
+        b = p[f"{self.name}.bias"] if lay.bias else None
+        return layers.conv2d(xs[0], p[f"{self.name}.weight"], b, lay.stride, lay.padding)
 
-    def forward_one(self, p: State, x: np.ndarray):
-        b = p[f"{self.name}.bias"] if self.bias else None
-        return layers.conv2d(x, p[f"{self.name}.weight"], b, self.stride, self.padding)
-
-    def backward_one(self, g: State, dy: np.ndarray, cache) -> np.ndarray:
+    def back(self, g, dy, cache):
         dx, g[f"{self.name}.weight"], db = layers.conv2d_backward(dy, cache)
-        if self.bias:
+        if self.layer.bias:
             g[f"{self.name}.bias"] = db
-        return dx
+        return [dx]
 
 
-class Dense(PerDevice):
-    def __init__(self, name: str) -> None:
-        self.name = name
+class Dense(Node):
+    def one(self, run, d, xs):
+        p = run.params[d]
+        b = p[f"{self.name}.bias"] if self.layer.bias else np.zeros((), xs[0].dtype)
+        return layers.dense(xs[0], p[f"{self.name}.weight"], b)
 
-    def forward_one(self, p: State, x: np.ndarray):
-        return layers.dense(x, p[f"{self.name}.weight"], p[f"{self.name}.bias"])
+    def back(self, g, dy, cache):
+        dx, g[f"{self.name}.weight"], db = layers.dense_backward(dy, cache)
+        if self.layer.bias:
+            g[f"{self.name}.bias"] = db
+        return [dx]
 
-    def backward_one(self, g: State, dy: np.ndarray, cache) -> np.ndarray:
-        dx, g[f"{self.name}.weight"], g[f"{self.name}.bias"] = layers.dense_backward(dy, cache)
-        return dx
+
+class LayerNorm(Node):
+    def one(self, run, d, xs):
+        p = run.params[d]
+        return layers.layer_norm(xs[0], p[f"{self.name}.gamma"], p[f"{self.name}.beta"], nn.LN_EPS)
+
+    def back(self, g, dy, cache):
+        dx, g[f"{self.name}.gamma"], g[f"{self.name}.beta"] = layers.layer_norm_backward(dy, cache)
+        return [dx]
 
 
-class Function(PerDevice):
+class Dropout(Node):
+    """Inverted dropout with the core's multipliers; the identity in inference."""
+
+    def one(self, run, d, xs):
+        if not run.train:
+            return xs[0], None
+        if run.masks is None:
+            raise MultidevError(f"Dropout {self.name!r} runs in training without the core's masks "
+                                f"(multidev.rules.dropout.shard_masks)")
+        m = run.masks[d][self.name].astype(xs[0].dtype, copy=False)
+        return xs[0] * m, m
+
+    def back(self, g, dy, m):
+        return [dy if m is None else dy * m]
+
+
+class Function(Node):
     """A layer without parameters, from a forward and a backward function of ``layers``."""
 
-    def __init__(self, forward, backward) -> None:
-        self._forward, self._backward = forward, backward
+    def __init__(self, name: str, layer: nn.Layer, forward: Callable, backward: Callable, many: bool = False):
+        super().__init__(name, layer)
+        self._forward, self._backward, self.many = forward, backward, many
 
-    def forward_one(self, p: State, x: np.ndarray):
-        return self._forward(x)
+    def one(self, run, d, xs):
+        return self._forward(xs) if self.many else self._forward(xs[0])
 
-    def backward_one(self, g: State, dy: np.ndarray, cache) -> np.ndarray:
-        return self._backward(dy, cache)
-
-
-def ReLU() -> Function:
-    return Function(layers.relu, layers.relu_backward)
+    def back(self, g, dy, cache):
+        dx = self._backward(dy, cache)
+        return list(dx) if self.many else [dx]
 
 
-def AvgPool2() -> Function:
-    return Function(layers.avg_pool2, layers.avg_pool2_backward)
+def _pool(forward, backward, layer: nn.MaxPool2d):
+    return (lambda x: forward(x, layer.kernel_size, layer.step)), backward
 
 
-def GlobalAvgPool() -> Function:
-    return Function(layers.global_avg_pool, layers.global_avg_pool_backward)
+_FUNCTIONS: dict[type, Callable[[nn.Layer], tuple[Callable, Callable]]] = {
+    nn.ReLU: lambda lay: (layers.relu, layers.relu_backward),
+    nn.GELU: lambda lay: (layers.gelu, layers.gelu_backward),
+    nn.Tanh: lambda lay: (layers.tanh, layers.tanh_backward),
+    nn.Sigmoid: lambda lay: (layers.sigmoid, layers.sigmoid_backward),
+    nn.MaxPool2d: lambda lay: _pool(layers.max_pool2d, layers.max_pool2d_backward, lay),
+    nn.AvgPool2d: lambda lay: _pool(layers.avg_pool2d, layers.avg_pool2d_backward, lay),
+    nn.GlobalAvgPool: lambda lay: (layers.global_avg_pool, layers.global_avg_pool_backward),
+    nn.Flatten: lambda lay: (layers.flatten, layers.flatten_backward),
+}
+
+_JOINS = {nn.Add: (layers.add, layers.add_backward), nn.Concat: (layers.concat, layers.concat_backward)}
+
+_NODES: dict[type, type[Node]] = {nn.Conv2d: Conv, nn.Dense: Dense, nn.LayerNorm: LayerNorm, nn.Dropout: Dropout}
 
 
-def Flatten() -> Function:  # C, H, W order: NCHW rows reshaped as they lie
-    return Function(lambda x: (x.reshape(len(x), -1), x.shape), lambda dy, shape: dy.reshape(shape))
+class _BatchNorm(Node):
+    """The reference BatchNorm (the one layer whose devices talk) as a node of the graph."""
+
+    def __init__(self, name: str, layer: nn.Layer) -> None:
+        super().__init__(name, layer)
+        self.bn = BatchNorm(name)
+
+    def forward(self, run, inputs):
+        return self.bn.forward(run, inputs[0])
+
+    def backward(self, run, dys):
+        return [self.bn.backward(run, dys)]
 
 
-class Sequential:
-    def __init__(self, *children) -> None:
-        self.children = children
-
-    def forward(self, run: Run, xs: list[np.ndarray]) -> list[np.ndarray]:
-        for child in self.children:
-            xs = child.forward(run, xs)
-        return xs
-
-    def backward(self, run: Run, dys: list[np.ndarray]) -> list[np.ndarray]:
-        for child in reversed(self.children):
-            dys = child.backward(run, dys)
-        return dys
-
-
-class Residual:
-    """relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)); the shortcut is x or a 1x1 projection with bias."""
-
-    def __init__(self, prefix: str, stride: int, projection: bool) -> None:
-        self.body = Sequential(Conv(f"{prefix}.conv1", stride), BatchNorm(f"{prefix}.bn1"), ReLU(),
-                               Conv(f"{prefix}.conv2"), BatchNorm(f"{prefix}.bn2"))
-        self.proj = Conv(f"{prefix}.proj", stride, padding=0, bias=True) if projection else None
-        self.relu = ReLU()
-
-    def forward(self, run: Run, xs: list[np.ndarray]) -> list[np.ndarray]:
-        body = self.body.forward(run, xs)
-        short = xs if self.proj is None else self.proj.forward(run, xs)
-        return self.relu.forward(run, [a + b for a, b in zip(body, short)])
-
-    def backward(self, run: Run, dys: list[np.ndarray]) -> list[np.ndarray]:
-        dsum = self.relu.backward(run, dys)  # the sum feeds both branches: each gets the same gradient
-        d_body = self.body.backward(run, dsum)
-        d_short = dsum if self.proj is None else self.proj.backward(run, dsum)
-        return [a + b for a, b in zip(d_body, d_short)]
+def node(name: str, layer: nn.Layer) -> Node:
+    """The reference's implementation of one layer of a definition."""
+    kind = type(layer)
+    if kind is nn.BatchNorm:
+        return _BatchNorm(name, layer)
+    if kind in _NODES:
+        return _NODES[kind](name, layer)
+    if kind in _JOINS:
+        return Function(name, layer, *_JOINS[kind], many=True)
+    if kind in _FUNCTIONS:
+        return Function(name, layer, *_FUNCTIONS[kind](layer))
+    raise MultidevError(f"the reference has no {kind.__name__} (node {name!r})")
 
 
-def resnet18() -> Sequential:
-    # 3x3 stem with stride 1 and no max-pooling: the small-image variant.
-    blocks = [Residual(b.prefix, b.stride, b.projection) for b in resnet18_blocks()]
-    return Sequential(Conv("stem.conv"), BatchNorm("stem.bn"), ReLU(), *blocks, GlobalAvgPool(), Dense("fc"))
+class Network:
+    """A graph's nodes run in order; the backward pass adds up the gradients of outputs used twice."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.nodes = [node(n.name, n.layer) for n in graph.nodes]
+        self.watch: Optional[Callable[[nn.Layer, Arrays], None]] = None  # sees every node's inputs
+
+    def forward(self, run: Run, xs: Arrays) -> Arrays:
+        values: dict[str, Arrays] = {"input": list(xs)}
+        for spec, impl in zip(self.graph.nodes, self.nodes):
+            inputs = [values[i] for i in spec.inputs]
+            if self.watch is not None:
+                self.watch(spec.layer, inputs[0])
+            values[spec.name] = impl.forward(run, inputs)
+        return values[self.graph.nodes[-1].name]
+
+    def backward(self, run: Run, dys: Arrays) -> Arrays:
+        grads: dict[str, Arrays] = {self.graph.nodes[-1].name: dys}
+        for spec, impl in zip(reversed(self.graph.nodes), reversed(self.nodes)):
+            if spec.name not in grads:
+                continue  # feeds nothing the loss depends on
+            for name, parts in zip(spec.inputs, impl.backward(run, grads.pop(spec.name))):
+                grads[name] = parts if name not in grads else [a + b for a, b in zip(grads[name], parts)]
+        return grads["input"]
 
 
-def lenet() -> Sequential:
-    # Unpadded convolutions with bias, average pooling: the book's from-scratch LeNet.
-    return Sequential(Conv("conv1", padding=0, bias=True), ReLU(), AvgPool2(),
-                      Conv("conv2", padding=0, bias=True), ReLU(), AvgPool2(),
-                      Flatten(), Dense("fc1"), ReLU(), Dense("fc2"))
-
-
-def build(spec: ModelSpec) -> Sequential:
-    return resnet18() if spec.name == "resnet18" else lenet()
+def build(spec: ModelSpec) -> Network:
+    return Network(spec.graph)

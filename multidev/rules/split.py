@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, Optional, Sequence, TypeVar
+from typing import Generic, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -68,6 +68,9 @@ class Shards:
     offset: int = 0
     #: rows of the whole update when it is accumulated over micro-batches (None: this minibatch alone)
     whole: Optional[int] = None
+    #: training only, for a model with Dropout: each Dropout node's multipliers (0 or 1 / (1 - p), the run's
+    #: dtype), one array per device with its shard's rows (multidev.rules.dropout); None: no Dropout applies
+    masks: Optional[Mapping[str, tuple[np.ndarray, ...]]] = None
 
     @property
     def sizes(self) -> tuple[int, ...]:
