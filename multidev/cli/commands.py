@@ -100,6 +100,19 @@ def _backends() -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from multidev.nn.onnx import to_onnx
+    from multidev.outputs import checkpoint as ckpt
+
+    spec, state, meta = ckpt.load(args.checkpoint)
+    _writable(args.onnx, "--onnx")
+    to_onnx(spec.graph, state, spec.in_shape, args.onnx)
+    shape = ", ".join(map(str, spec.in_shape))
+    print(f"wrote {args.onnx}: {spec.name} after epoch {meta.get('epoch')}; input 'input' float32 (N, {shape}), "
+          f"output 'logits' ({spec.num_classes} classes)")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     warnings.formatwarning = lambda msg, cat, *a, **k: f"multidev: warning: {msg}\n"
     try:
@@ -107,7 +120,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         apply_threads(getattr(args, "threads", None), share=getattr(args, "processes", 1))
         if getattr(args, "no_compile_cache", False):  # read by engines when a run starts; workers inherit it
             os.environ["MULTIDEV_COMPILE_CACHE"] = "off"
-        commands = {"train": _train, "compare": _compare, "backends": lambda _: _backends()}
+        commands = {"train": _train, "compare": _compare, "backends": lambda _: _backends(), "export": _export}
         return commands[args.command](args)
     except MultidevError as exc:
         print(f"multidev: error: {exc}", file=sys.stderr)

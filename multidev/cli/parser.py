@@ -44,4 +44,7 @@ def parser() -> argparse.ArgumentParser:
     add_arguments(c, "compare")
     _process_flags(c)
     sub.add_parser("backends", help="list installed engines, versions and devices")
+    e = sub.add_parser("export", help="write a checkpoint's model for inference elsewhere (ONNX)")
+    e.add_argument("checkpoint", help="a checkpoint written by --checkpoint")
+    e.add_argument("--onnx", required=True, help="the ONNX file to write (needs the onnx package)")
     return p

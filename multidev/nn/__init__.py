@@ -9,7 +9,8 @@ so does the class count of a last ``Dense()``. ``Sequential`` and
 
 ``layers`` holds the layers; ``graph`` the forms and the flat graph;
 ``zoo`` the networks multidev ships (``resnet18``, ``lenet``, ``mlp``,
-``convnet``).
+``convnet``); ``onnx`` reads and writes ONNX files (``from_onnx``,
+``to_onnx``; the optional onnx package is imported only when they run).
 """
 
 from multidev.nn.graph import Graph, Input, Model, Residual, Sequential
@@ -19,4 +20,13 @@ from multidev.nn.zoo import ZOO, convnet, lenet, mlp, resnet18
 
 __all__ = ["Add", "AvgPool2d", "BatchNorm", "Concat", "Conv2d", "Dense", "Dropout", "Flatten", "GELU",
            "GlobalAvgPool", "Graph", "Input", "Layer", "LayerNorm", "MaxPool2d", "Model", "ReLU", "Residual",
-           "Sequential", "Sigmoid", "Tanh", "ZOO", "convnet", "lenet", "mlp", "resnet18"]
+           "Sequential", "Sigmoid", "Tanh", "ZOO", "convnet", "from_onnx", "lenet", "mlp", "resnet18", "to_onnx"]
+
+
+def __getattr__(name: str):
+    """``from_onnx`` and ``to_onnx``, imported on first use: ``import multidev.nn`` stays free of onnx."""
+    if name in ("from_onnx", "to_onnx"):
+        from multidev.nn import onnx
+
+        return getattr(onnx, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,8 +3,9 @@
 A checkpoint is a NumPy ``.npz`` archive: every canonical array under its
 canonical name, the optimizer's state under its canonical names
 (``optimizer.*``, see ``multidev.optim``), plus ``__meta__``, a JSON
-document (model, input shape, classes, epoch, seed, history, recipe). Any engine reads it; a crash mid-write leaves
-the previous file intact because the new one is renamed into place.
+document (model and its definition as data, input shape, classes, epoch, seed, history, recipe). Any engine
+reads it, and reading it never runs code (``allow_pickle=False``); a crash mid-write leaves the previous file
+intact because the new one is renamed into place.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import json
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from multidev.errors import MultidevError
+from multidev.nn.graph import Graph
 from multidev.outputs.files import atomic_write
 from multidev.rules.models import ModelSpec, State
 from multidev.rules.optimizers import STATE_PREFIX
@@ -34,8 +36,8 @@ META = "__meta__"
 def save(path: str | Path, spec: ModelSpec, state: State, optimizer_state: State | None = None, **meta: Any) -> Path:
     path = Path(path)
     spec.check(state)
-    header = {"format": FORMAT, "model": spec.name, "in_shape": list(spec.in_shape),
-              "num_classes": spec.num_classes, **meta}
+    header = {"format": FORMAT, "model": spec.name, "definition": spec.graph.to_dict(),
+              "in_shape": list(spec.in_shape), "num_classes": spec.num_classes, **meta}
     arrays = {name: np.asarray(value) for name, value in state.items()}
     arrays.update({name: np.asarray(value) for name, value in (optimizer_state or {}).items()})
     arrays[META] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
@@ -44,16 +46,17 @@ def save(path: str | Path, spec: ModelSpec, state: State, optimizer_state: State
     return path
 
 
-def _read(path: str | Path) -> tuple[ModelSpec, State, dict[str, Any]]:
-    """(spec, every array, meta) of a checkpoint, read once and checked; a bad file is a one-line error."""
-    path = Path(path)
+def _arrays(path: Path, only: Optional[str] = None) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in archive.files}
+            return {name: archive[name] for name in archive.files if only is None or name == only}
     except FileNotFoundError:
         raise MultidevError(f"checkpoint {path} does not exist: check the path given to --resume") from None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise MultidevError(f"checkpoint {path} is unreadable ({exc}): use another checkpoint") from None
+
+
+def _meta(path: Path, arrays: dict[str, np.ndarray]) -> tuple[ModelSpec, dict[str, Any]]:
     try:
         meta = json.loads(arrays.pop(META).tobytes().decode())
         match = re.fullmatch(r"multidev-checkpoint/(\d+)", str(meta.get("format")))
@@ -64,7 +67,20 @@ def _read(path: str | Path) -> tuple[ModelSpec, State, dict[str, Any]]:
     if int(match.group(1)) > VERSION:
         raise MultidevError(f"{path} was written by a newer multidev (format {match.group(1)}; this one reads "
                             f"{VERSION}): upgrade multidev to resume from it")
-    spec = ModelSpec(meta["model"], tuple(meta["in_shape"]), int(meta["num_classes"]))
+    # checkpoints from before definitions were stored name a zoo network
+    graph = Graph.from_dict(meta["definition"]) if "definition" in meta else None
+    return ModelSpec(meta["model"], tuple(meta["in_shape"]), int(meta["num_classes"]), graph), meta
+
+
+def spec_of(path: str | Path) -> ModelSpec:
+    """The model a checkpoint holds (its definition, input shape and classes), without reading its arrays."""
+    return _meta(Path(path), _arrays(Path(path), META))[0]
+
+
+def _read(path: str | Path) -> tuple[ModelSpec, State, dict[str, Any]]:
+    """(spec, every array, meta) of a checkpoint, read once and checked; a bad file is a one-line error."""
+    arrays = _arrays(Path(path))
+    spec, meta = _meta(Path(path), arrays)
     spec.check({name: value for name, value in arrays.items() if not name.startswith(STATE_PREFIX)})
     return spec, arrays, meta
 

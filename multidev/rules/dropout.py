@@ -38,6 +38,11 @@ def _word(value: int) -> np.ndarray:
 
 def uniforms(seed: int, epoch: int, update: int, node: str, positions: np.ndarray, size: int) -> np.ndarray:
     """(len(positions), size) numbers in [0, 1): sample ``positions[r]``'s ``size`` values at this update."""
+    with np.errstate(over="ignore"):  # 64-bit words wrap around by design
+        return _uniforms(seed, epoch, update, node, positions, size)
+
+
+def _uniforms(seed: int, epoch: int, update: int, node: str, positions: np.ndarray, size: int) -> np.ndarray:
     key = _mix(_word(seed) + _GOLDEN)
     for part in (epoch, update, zlib.crc32(node.encode())):
         key = _mix(key ^ _mix(_word(part) + _GOLDEN))

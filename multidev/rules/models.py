@@ -34,7 +34,7 @@ class ModelSpec:
     ``graph`` None: the zoo's network ``name``; else ``name`` labels the user's definition.
     """
 
-    name: str
+    name: str = field(compare=False)
     in_shape: tuple[int, ...]
     num_classes: int
     graph: Optional[Graph] = None

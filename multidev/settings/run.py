@@ -17,10 +17,10 @@ from typing import Any, Optional, Union
 
 from multidev.data import DATASETS, Dataset
 from multidev.errors import MultidevError
+from multidev.nn import sources
 from multidev.processes.launch import DEFAULT_MASTER, Launch
 from multidev.rules.batchnorm import BATCHNORM_MODES, check_batchnorm
 from multidev.rules.devices import DeviceSpec, canonical_request
-from multidev.rules.models import MODELS
 from multidev.rules.numbers import whole_number
 from multidev.rules.optimizers import OPTIMIZERS, Optimizer
 from multidev.rules.precision import DTYPES, PRECISIONS, check_dtype, check_precision
@@ -60,6 +60,10 @@ def _betas(value: object) -> tuple[float, ...]:
     return tuple(value)  # type: ignore[arg-type]
 
 
+def _model(value: object) -> Any:
+    return None if value is None else sources.check(value)
+
+
 def _weights(value: object) -> Optional[tuple[float, ...]]:
     return None if value is None else tuple(float(w) for w in value)  # type: ignore[union-attr]
 
@@ -84,7 +88,9 @@ class Settings:
                                   text=lambda v: str(v) if isinstance(v, int) else ",".join(v))
     gpus: Optional[int] = setting(None, "--gpus", "k GPUs; falls back to k CPU devices with a warning", type=int,
                                   commands=("train",), exclusive="where")
-    model: str = setting("resnet18", "--model", "the network", choices=MODELS)
+    model: Any = setting(None, "--model", "the network: resnet18 (the default; when resuming, the checkpoint's), "
+                         "lenet, mlp, convnet, path/net.py:function, net.onnx or net.json (in Python also a "
+                         "multidev.nn definition)", check=_model, text=sources.text)
     dataset: Union[str, Dataset] = setting("digits", "--dataset", "the data set", choices=DATASETS)
     data_dir: Optional[str] = setting(None, "--data-dir",
                                       "where Fashion-MNIST is kept (default: ~/.cache/multidev/fashion-mnist)",

@@ -2,10 +2,11 @@
 
 from multidev.testing.kit import (AccuracyChecks, AggregationChecks, BatchNormChecks, CheckpointChecks,
                                   EvaluationChecks, ParityChecks, PlacementChecks, ReplicateChecks)
+from multidev.testing.layers import LayerChecks
 from multidev.testing.processes import MultiProcessChecks
 from multidev.testing.recipes import RecipeChecks
 
 
 class Conformance(PlacementChecks, ReplicateChecks, AggregationChecks, BatchNormChecks, EvaluationChecks,
-                  CheckpointChecks, ParityChecks, AccuracyChecks, RecipeChecks, MultiProcessChecks):
+                  CheckpointChecks, ParityChecks, AccuracyChecks, RecipeChecks, MultiProcessChecks, LayerChecks):
     """Every promise of docs/contract.md; subclass it with ``backend = "name"`` or an ``engine`` fixture."""

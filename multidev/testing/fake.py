@@ -25,7 +25,9 @@ from multidev.engines.protocol import Setup, StepStats
 from multidev.engines.registry import GROUP
 from multidev.errors import MultidevError
 from multidev.rules import optimizers as optim
-from multidev.rules.models import State
+from multidev.nn.graph import Graph, NodeSpec
+from multidev.nn.layers import AvgPool2d, MaxPool2d
+from multidev.rules.models import ModelSpec, State
 from multidev.rules.split import Shards, cut
 
 #: fault -> the bug it plants
@@ -38,6 +40,7 @@ FAULTS = {
     "skip-allreduce": "takes the gradient of the first device's shard alone (weight n_0 / B)",
     "weigh-1/k": "weighs every shard's mean gradient 1/k instead of n_i / B",
     "decoupled-sgd-decay": "decays sgd's weights apart from the gradient (w *= 1 - lr * decay), as AdamW does",
+    "maxpool-averages": "builds MaxPool2d as average pooling",
 }
 
 
@@ -64,11 +67,20 @@ class FakeEngine:
         return FakeReplicas(setup, state, self.fault)
 
 
+def _built(spec: ModelSpec, fault: Optional[str]) -> ModelSpec:
+    if fault != "maxpool-averages":
+        return spec
+    nodes = tuple(NodeSpec(n.name, AvgPool2d(n.layer.kernel_size, n.layer.stride), n.inputs)
+                  if type(n.layer) is MaxPool2d else n for n in spec.graph.nodes)
+    return ModelSpec(spec.name, spec.in_shape, spec.num_classes, Graph(nodes))
+
+
 class FakeReplicas:
     compile_seconds = 0.0
 
     def __init__(self, setup: Setup, state: State, fault: Optional[str]) -> None:
         self.setup, self.fault = setup, fault
+        self.spec = _built(setup.spec, fault)  # the network as this engine builds it
         self.dtype = setup.np_dtype.type  # the reference takes a scalar type
         self.load_state(state)
         self.load_optimizer_state(setup.optimizer.init_state(setup.spec, self.dtype))
@@ -82,7 +94,8 @@ class FakeReplicas:
             y = None if shards.y is None else np.concatenate(shards.y)[:kept]
             shards = cut(x, y, [kept // k] * k)
         return Shards(tuple(np.array(part) for part in shards.x),
-                      None if shards.y is None else tuple(np.array(part) for part in shards.y), whole=shards.whole)
+                      None if shards.y is None else tuple(np.array(part) for part in shards.y), whole=shards.whole,
+                      masks=shards.masks)
 
     def shards(self, batch: Shards) -> list[np.ndarray]:
         return list(batch.x)
@@ -90,17 +103,25 @@ class FakeReplicas:
     def _whole(self, batch: Shards) -> tuple[np.ndarray, np.ndarray]:
         return np.concatenate(batch.x), np.concatenate(batch.y)
 
+    @staticmethod
+    def _masks(batch: Shards, devices: Optional[list[int]] = None) -> Optional[dict[str, np.ndarray]]:
+        """The whole batch's Dropout multipliers (or those of ``devices``' shards), as the reference takes them."""
+        if batch.masks is None:
+            return None
+        pick = range(len(batch.x)) if devices is None else devices
+        return {name: np.concatenate([parts[i] for i in pick]) for name, parts in batch.masks.items()}
+
     def gradients(self, batch: Shards) -> State:
-        spec, state, dtype = self.setup.spec, self.states[0], self.dtype
+        spec, state, dtype = self.spec, self.states[0], self.dtype
         if self.fault in ("skip-allreduce", "weigh-1/k"):
             active = batch.active[:1] if self.fault == "skip-allreduce" else batch.active
-            per_shard = [reference.gradients(spec, state, batch.x[i], batch.y[i], None, self.setup.batchnorm, dtype)
-                         for i in active]
+            per_shard = [reference.gradients(spec, state, batch.x[i], batch.y[i], None, self.setup.batchnorm, dtype,
+                                             self._masks(batch, [i])) for i in active]
             weights = [batch.sizes[active[0]] / batch.total] if self.fault == "skip-allreduce" else \
                 [1 / len(active)] * len(active)
             return {name: sum(w * g[name] for w, g in zip(weights, per_shard)) for name in spec.trainable()}
         x, y = self._whole(batch)
-        grads = reference.gradients(spec, state, x, y, batch.sizes, self.setup.batchnorm, dtype)
+        grads = reference.gradients(spec, state, x, y, batch.sizes, self.setup.batchnorm, dtype, self._masks(batch))
         share = dtype(len(x) / batch.batch)  # a micro-batch's rows over the whole update's
         return grads if share == 1 else {name: g * share for name, g in grads.items()}
 
@@ -110,10 +131,10 @@ class FakeReplicas:
 
     def _train_step(self, batch: Shards, lr: float, update: bool) -> StepStats:
         x, y = self._whole(batch)
-        spec, opt = self.setup.spec, self.setup.optimizer
+        spec, opt = self.spec, self.setup.optimizer
         # lr 0: the reference's step then only moves the running statistics; the optimizer below moves the weights
         new, loss, correct = reference.train_step(spec, self.states[0], x, y, 0.0, batch.sizes,
-                                                  self.setup.batchnorm, self.dtype)
+                                                  self.setup.batchnorm, self.dtype, self._masks(batch))
         grads = self.gradients(batch)
         if self._held is not None:
             grads = {name: self._held[name] + g for name, g in grads.items()}
@@ -140,7 +161,7 @@ class FakeReplicas:
                           for name in self.setup.optimizer.state_names(self.setup.spec)}
 
     def _logits(self, batch: Shards) -> np.ndarray:
-        return reference.predict(self.setup.spec, self.states[0], np.concatenate(batch.x), self.dtype)
+        return reference.predict(self.spec, self.states[0], np.concatenate(batch.x), self.dtype)
 
     def predict(self, batch: Shards) -> np.ndarray:
         logits = self._logits(batch)

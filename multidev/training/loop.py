@@ -14,7 +14,8 @@ from multidev.data import Dataset, batches, epoch_order, num_batches
 from multidev.engines.protocol import Replicas
 from multidev.errors import MultidevError
 from multidev.processes.job import Job
-from multidev.rules.split import shard_sizes
+from multidev.rules.dropout import shard_masks
+from multidev.rules.split import Shards, shard_sizes
 from multidev.settings.run import Settings
 from multidev.training.prefetch import ahead
 
@@ -61,15 +62,28 @@ class Epoch:
     def steps(self) -> int:
         return steps_per_epoch(self.data, self.settings)
 
-    def micro_batches(self, done: int) -> Iterator[tuple[int, bool, np.ndarray, Optional[int]]]:
-        """(update, last micro-batch of it, rows, rows of the whole update or None) after update ``done``."""
+    def micro_batches(self, done: int) -> Iterator[tuple[int, bool, np.ndarray, Optional[int], int]]:
+        """(update, last micro-batch of it, rows, rows of the whole update or None, position of its first row
+        in the update) after update ``done``."""
         order = epoch_order(len(self.data.x_train), self.seed, self.number)
-        accumulate = self.settings.accumulate
+        accumulate, size = self.settings.accumulate, self.settings.batch_size
         for step, idx in enumerate(batches(order, self.update_rows), start=1):
             if step > done:
-                parts = list(batches(idx, self.settings.batch_size))
+                parts = list(batches(idx, size))
                 for j, part in enumerate(parts):
-                    yield step, j == len(parts) - 1, part, len(idx) if accumulate > 1 else None
+                    yield step, j == len(parts) - 1, part, len(idx) if accumulate > 1 else None, j * size
+
+    def shards(self, replicas: Replicas, step: int, part: np.ndarray, whole: Optional[int], first: int) -> Shards:
+        """This process's shards of one micro-batch, with the core's Dropout masks when the model has Dropout."""
+        k, s, data = len(replicas.setup.devices), self.settings, self.data
+        sizes = shard_sizes(len(part), k * self.job.group.size, s.shard_weights)
+        shards = self.job.shards(data.x_train, data.y_train, part, sizes, k, whole)
+        sites = replicas.setup.spec.dropouts()
+        if not sites:
+            return shards
+        first += sum(sizes[:shards.offset])
+        masks = shard_masks(sites, self.seed, self.number, step, first, shards.sizes, replicas.setup.np_dtype)
+        return replace(shards, masks=masks)
 
 
 @contextlib.contextmanager
@@ -104,7 +118,7 @@ def train_epoch(replicas: Replicas, epoch: Epoch, *, start: Optional[Position] =
     several processes every rank stops at the same step when any of them got
     the signal.
     """
-    k, s, job = len(replicas.setup.devices), epoch.settings, epoch.job
+    s, job = epoch.settings, epoch.job
     at, total = start or Position(epoch.number), epoch.steps()
     compiled_before, clock = replicas.compile_seconds, time.perf_counter()
 
@@ -112,9 +126,8 @@ def train_epoch(replicas: Replicas, epoch: Epoch, *, start: Optional[Position] =
         return at.seconds + time.perf_counter() - clock - (replicas.compile_seconds - compiled_before)
 
     def place(item):
-        step, last, part, whole = item
-        sizes = shard_sizes(len(part), k * job.group.size, s.shard_weights)
-        return step, last, replicas.place(job.shards(epoch.data.x_train, epoch.data.y_train, part, sizes, k, whole))
+        step, last, part, whole, first = item
+        return step, last, replicas.place(epoch.shards(replicas, step, part, whole, first))
 
     sums = np.zeros(3)
     with _progress(s.progress, total, at.step, epoch.number) as bar:

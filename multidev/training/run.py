@@ -12,6 +12,8 @@ from multidev.engines.capabilities import check_claims
 from multidev.engines.protocol import Backend, Replicas, Setup, replicate
 from multidev.engines.registry import engine_version
 from multidev.errors import MultidevError
+from multidev.nn import sources
+from multidev.nn.graph import Graph
 from multidev.outputs import checkpoint as ckpt
 from multidev.outputs.result import EpochRecord, Result
 from multidev.outputs.trace import Trace
@@ -146,9 +148,22 @@ class Training:
 def _result(engine: Backend, s: Settings, data: Dataset, devices: list[Device], job: Job, start: Start) -> Result:
     names = [str(d) for d in devices] if job.group.size == 1 else [
         f"rank{r}/{d}" for r in range(job.group.size) for d in devices]
-    return Result(backend=engine.name, devices=names, model=s.model, dataset=data.name, batch_size=s.batch_size,
+    return Result(backend=engine.name, devices=names, model=sources.label(s.model or sources.DEFAULT), dataset=data.name, batch_size=s.batch_size,
                   lr=float(s.lr), seed=start.seed, batchnorm=s.batchnorm, test_total=len(data.x_test),
                   epochs=start.history, version=engine_version(engine), recipe=s.recipe.settings())
+
+
+def model_spec(s: Settings, data: Dataset) -> ModelSpec:
+    """The run's model for ``data``: the one named, or when resuming without ``--model`` the checkpoint's."""
+    if s.model is None and s.resume is not None:
+        return ModelSpec(*_saved(s.resume), data.shape, data.num_classes)
+    value = s.model or sources.DEFAULT
+    return ModelSpec(sources.label(value), data.shape, data.num_classes, sources.definition(value))
+
+
+def _saved(path: str) -> tuple[str, Graph]:
+    saved = ckpt.spec_of(path)
+    return saved.name, saved.graph
 
 
 def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch = None, local_rank: int = 0) -> Result:
@@ -158,7 +173,7 @@ def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch =
     if s.shard_weights is not None:
         shard_sizes(0, len(chosen) * job.group.size, s.shard_weights)  # validates the weights up front
     data = s.dataset if isinstance(s.dataset, Dataset) else load_dataset(s.dataset, s.data_dir)
-    spec = ModelSpec(s.model, data.shape, data.num_classes)
+    spec = model_spec(s, data)
     start = resume_from(s, spec) if s.resume is not None else Start(spec.init(s.seed), s.seed)
     setup = Setup(spec, tuple(chosen), s.batchnorm, s.dtype, job.group, optimizer=s.recipe.optimizer,
                   accumulate=s.accumulate, precision=s.precision, tf32=s.tf32)

@@ -72,8 +72,10 @@ BAD = {
     "zero epochs": (["--epochs", "0"], "epochs must be a whole number of at least 1, got 0"),
     "negative learning rate": (["--lr", "-0.1"], "learning rate must be a positive finite number, got -0.1"),
     "nan learning rate": (["--lr", "nan"], "learning rate must be a positive finite number, got nan"),
-    "unknown model": (["--model", "vgg"], "argument --model: invalid choice: 'vgg' (choose from 'resnet18', "
-                                          "'lenet') (see `multidev train --help`)"),
+    "unknown model": (["--model", "vgg"], "unknown model 'vgg': give resnet18, lenet, mlp, convnet, "
+                                          "path/net.py:function, net.onnx or net.json"),
+    "missing model file": (["--model", "nowhere/net.py:build"], "model file nowhere/net.py does not exist: give "
+                           "resnet18, lenet, mlp, convnet, path/net.py:function, net.onnx or net.json"),
     "unknown data set": (["--dataset", "cifar"], "argument --dataset: invalid choice: 'cifar' (choose from 'digits', "
                                                  "'fashion-mnist', 'synthetic') (see `multidev train --help`)"),
     "unknown engine": (["--backend", "nope"], re.compile(r"unknown backend 'nope': choose one of [a-z, ]*torch.*")),

@@ -1,6 +1,7 @@
 """A run's settings: one typed value that the command line, train(), compare and the workers all derive from."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -91,7 +92,7 @@ def test_compare_takes_the_run_flags_of_a_grid():
 def test_defaults_are_the_quick_starts():
     s = Settings()
     assert (s.backend, s.model, s.dataset, s.epochs, s.batch_size, s.lr, s.seed, s.batchnorm) == (
-        "torch", "resnet18", "digits", 10, 128, 0.1, 0, "local")
+        "torch", None, "digits", 10, 128, 0.1, 0, "local")  # no model: resnet18, or the checkpoint's
     assert multidev.DEFAULTS["batch_size"] == 128 and s.to_argv() == ["train", "--no-progress"]
 
 
@@ -156,3 +157,25 @@ def test_labels_tell_every_run_of_a_comparison_apart():
     labels = [s.label for s in runs]
     assert len(set(labels)) == len(labels)
     assert Settings(backend="jax", devices=1, processes=2, dtype="float64").label == "jax 2p x1 float64"
+
+
+def test_a_definition_reaches_a_worker_as_data():
+    from multidev import nn
+    net = nn.Sequential(nn.Conv2d(4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(0.3), nn.GlobalAvgPool(),
+                        nn.Dense())
+    s = Settings(model=net, epochs=2)
+    argv = s.to_argv()
+    assert argv[argv.index("--model") + 1].startswith("{")  # JSON: the worker runs no code to get it
+    back = from_args(parser().parse_args(argv))
+    assert back.model == net.graph() and back.agreement() == s.agreement()
+
+
+@pytest.mark.parametrize("model, says", [
+    ("resnet19", "unknown model 'resnet19'"),
+    ("missing.py:build", "model file missing.py does not exist"),
+    ("net.onnx", "model file net.onnx does not exist"),
+    (42, "model must be"),
+])
+def test_a_bad_model_setting_is_one_line(model, says):
+    with pytest.raises(MultidevError, match=re.escape(says)):
+        Settings(model=model)

@@ -27,6 +27,8 @@ CAUGHT_BY = {
                   "aggregation: lenet gradient (local BatchNorm, float32) on 2 device(s), batch 11 cut [6, 5]"),
     "decoupled-sgd-decay": ("test_recipe_optimizer_equals_formula and nesterov",
                             "optimizers: three sgd-nesterov-decay updates on 1 device(s)"),
+    "maxpool-averages": ("test_each_layer_alone_equals_float64_truth and MaxPool2d and not stride",
+                         "models: layer MaxPool2d alone: the inference logits (float64) are not the float64 truth"),
 }
 
 BROKEN_ENGINE = '''

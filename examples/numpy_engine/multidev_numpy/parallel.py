@@ -50,8 +50,10 @@ class NumpyReplicas(ReplicaStates):
     # Forward / backward ----------------------------------------------------
     def _run(self, batch: Batch, train: bool, update_stats: bool = True) -> tuple[Run, list[int]]:
         """A pass over the devices with data; a device with an empty shard sits the step out."""
-        active = batch.host.active
-        return Run([self.replicas[i] for i in active], train, self.setup.sync, update_stats), active
+        active, masks = batch.host.active, batch.host.masks
+        # Dropout: each device multiplies by its rows of the core's masks (the same units on any device count)
+        per_device = None if masks is None or not train else [{n: m[i] for n, m in masks.items()} for i in active]
+        return Run([self.replicas[i] for i in active], train, self.setup.sync, update_stats, per_device), active
 
     def _backward(self, batch: Batch, update_stats: bool) -> tuple[StepStats, list[int], State]:
         """The gradient of the update's mean loss, summed over the devices (AllReduce)."""

@@ -1,0 +1,168 @@
+"""contract: Models: every layer of ``multidev.nn``, alone and in random compositions, against the float64 truth.
+
+An engine builds definitions from its framework's layers; these checks tell
+its author which layer it gets wrong. Each layer runs alone between the
+input and a Dense head; then seeded random graphs (residual adds,
+concatenations, dropout) run on uneven shards. Both are judged in float64
+where the engine claims it (the contract's float64 tolerance), else in
+float32 against the float64 truth. Dropout runs with the core's masks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, ClassVar
+
+import numpy as np
+import pytest
+
+from multidev import nn, reference
+from multidev.errors import MultidevError
+from multidev.rules.dropout import shard_masks
+from multidev.rules.models import ModelSpec
+from multidev.rules.split import cut, shard_sizes
+from multidev.testing._helpers import assert_states_close, batch
+from multidev.testing.kit import CROSS_ENGINE_RTOL, FLOAT64_RTOL, EngineFixtures
+
+IMAGES, FEATURES = (2, 6, 6), (5,)
+
+
+def _joined(join: type) -> Callable[[], nn.Model]:
+    """Two convolutions of the input joined by ``join`` (Add needs equal channels, Concat does not)."""
+    def build() -> nn.Model:
+        x = nn.Input()
+        a, b = nn.Conv2d(3, 3, padding=1)(x), nn.Conv2d(3 if join is nn.Add else 2, 1)(x)
+        return nn.Model(x, nn.Dense()(nn.Flatten()(join()(a, b))))
+    return build
+
+
+def _alone(layer: nn.Layer, images: bool = True) -> Callable[[], nn.Sequential]:
+    return lambda: nn.Sequential(layer, nn.Flatten(), nn.Dense()) if images else nn.Sequential(layer, nn.Dense())
+
+
+#: case -> (definition, input shape): each layer of the language alone, before a Dense head
+LAYER_CASES: dict[str, tuple[Callable[[], object], tuple[int, ...]]] = {
+    "Conv2d": (_alone(nn.Conv2d(3, 3, padding=1)), IMAGES),
+    "Conv2d-stride-2-no-bias": (_alone(nn.Conv2d(3, 2, stride=2, bias=False)), IMAGES),
+    "Dense": (_alone(nn.Dense(4), images=False), FEATURES),
+    "Dense-no-bias": (_alone(nn.Dense(4, bias=False), images=False), FEATURES),
+    "BatchNorm-images": (_alone(nn.BatchNorm()), IMAGES),
+    "BatchNorm-features": (_alone(nn.BatchNorm(), images=False), FEATURES),
+    "LayerNorm-images": (_alone(nn.LayerNorm()), IMAGES),
+    "LayerNorm-features": (_alone(nn.LayerNorm(), images=False), FEATURES),
+    "ReLU": (_alone(nn.ReLU(), images=False), FEATURES),
+    "GELU": (_alone(nn.GELU(), images=False), FEATURES),
+    "Tanh": (_alone(nn.Tanh(), images=False), FEATURES),
+    "Sigmoid": (_alone(nn.Sigmoid(), images=False), FEATURES),
+    "MaxPool2d": (_alone(nn.MaxPool2d(2)), IMAGES),
+    "MaxPool2d-3-stride-2": (_alone(nn.MaxPool2d(3, stride=2)), IMAGES),
+    "AvgPool2d": (_alone(nn.AvgPool2d(2)), IMAGES),
+    "AvgPool2d-3-stride-2": (_alone(nn.AvgPool2d(3, stride=2)), IMAGES),
+    "GlobalAvgPool": (lambda: nn.Sequential(nn.GlobalAvgPool(), nn.Dense()), IMAGES),
+    "Flatten": (lambda: nn.Sequential(nn.Flatten(), nn.Dense()), IMAGES),
+    "Dropout": (_alone(nn.Dropout(0.5), images=False), FEATURES),
+    "Dropout-images": (_alone(nn.Dropout(0.25)), IMAGES),
+    "Add": (_joined(nn.Add), IMAGES),
+    "Concat": (_joined(nn.Concat), IMAGES),
+}
+
+
+def random_definition(seed: int) -> nn.Model:
+    """A seeded random graph of image layers: residual blocks, a concatenation, pooling, dropout."""
+    rng = np.random.default_rng(seed)
+    x = nn.Input()
+    h = nn.Conv2d(4, 3, padding=1)(x)
+    for _ in range(int(rng.integers(2, 4))):
+        choice = int(rng.integers(0, 4))
+        if choice == 0:      # a residual block with an identity shortcut
+            body = nn.Conv2d(4, 3, padding=1, bias=False)(h)
+            norm = (nn.BatchNorm() if rng.random() < 0.5 else nn.LayerNorm())(body)
+            h = nn.Add()(h, [nn.ReLU, nn.GELU, nn.Tanh][int(rng.integers(0, 3))]()(norm))
+        elif choice == 1:    # two branches side by side, brought back to 4 channels
+            a, b = nn.Conv2d(2, 1)(h), nn.Sigmoid()(nn.Conv2d(3, 3, padding=1)(h))
+            h = nn.Conv2d(4, 1)(nn.Concat()(a, b))
+        elif choice == 2:
+            h = nn.Dropout([0.2, 0.5][int(rng.integers(0, 2))])(nn.BatchNorm()(h))
+        else:
+            h = nn.Tanh()(nn.Conv2d(4, 3, padding=1)(h))
+    pool = nn.MaxPool2d(2) if rng.random() < 0.5 else nn.AvgPool2d(2)
+    return nn.Model(x, nn.Dense()(nn.Dropout(0.3)(nn.Flatten()(pool(h)))))
+
+
+def masked(spec: ModelSpec, x: np.ndarray, y: np.ndarray, sizes, dtype: str, step: int = 1):
+    """The core's cut of a training batch with its Dropout masks, and the whole batch's masks for the reference."""
+    shards = cut(x, y, sizes)
+    sites = spec.dropouts()
+    if not sites:
+        return shards, None
+    masks = shard_masks(sites, 0, 1, step, 0, sizes, np.dtype(dtype))
+    whole = {name: np.concatenate(parts) for name, parts in masks.items()}
+    return dataclasses.replace(shards, masks=masks), whole
+
+
+class LayerChecks(EngineFixtures):
+    """contract: Models: each layer alone, then random compositions, give the float64 truth's numbers."""
+
+    RANDOM_SEEDS: ClassVar[tuple[int, ...]] = (0, 1, 2)
+
+    def dtype(self, engine) -> tuple[str, float]:
+        return ("float64", FLOAT64_RTOL) if "float64" in engine.capabilities else ("float32", CROSS_ENGINE_RTOL)
+
+    def _judge(self, engine, spec: ModelSpec, k: int, what: str, batchnorm: str = "local") -> None:
+        dtype, rtol = self.dtype(engine)
+        x, y = batch(spec, 7, seed=3)
+        sizes = shard_sizes(len(x), k)
+        state = spec.init(1)
+        shards, masks = masked(spec, x, y, sizes, dtype)
+        reps = self.make(engine, spec, k, batchnorm=batchnorm, state=state, dtype=dtype)
+        logits = reps.predict(reps.place(cut(x, None, sizes)))
+        want = reference.predict(spec, state, x)
+        assert_states_close({"logits": logits}, {"logits": want}, rtol=rtol,
+                            promise=f"models: {what}: the inference logits ({dtype}) are not the float64 truth")
+        got = reps.gradients(reps.place(shards))
+        want = reference.gradients(spec, state, x, y, sizes, batchnorm, masks=masks)
+        assert_states_close(got, want, rtol=rtol, promise=f"models: {what}: the gradient ({dtype}, {k} device(s), "
+                                                          f"cut {sizes}) is not the float64 truth")
+        reps.train_step(reps.place(shards), lr=0.1)
+        want = reference.sgd_step(spec, state, x, y, 0.1, sizes, batchnorm, masks=masks)
+        assert_states_close(reps.state(), want, rtol=rtol, promise=f"models: {what}: one SGD step ({dtype}, "
+                                                                    f"{k} device(s)) is not the float64 truth")
+
+    @pytest.mark.parametrize("case", list(LAYER_CASES))
+    def test_each_layer_alone_equals_float64_truth(self, engine, case):
+        build, shape = LAYER_CASES[case]
+        spec = ModelSpec(case, shape, 3, build().graph())
+        for k in sorted({1, max(self.counts(engine))} & {1, 2}):
+            self._judge(engine, spec, k, f"layer {case} alone")
+
+    @pytest.mark.parametrize("seed", RANDOM_SEEDS)
+    def test_random_compositions_equal_float64_truth(self, engine, seed):
+        spec = ModelSpec(f"random-{seed}", IMAGES, 4, random_definition(seed).graph())
+        k = max(self.counts(engine))
+        batchnorm = "sync" if seed == 1 and "sync_batchnorm" in engine.capabilities else "local"
+        self._judge(engine, spec, min(k, 3), f"random definition {seed} ({batchnorm} BatchNorm)", batchnorm)
+
+    def test_dropout_is_the_same_on_every_device_count(self, engine):
+        """The core's masks: k devices drop what one device drops, so k devices take one device's step."""
+        # no BatchNorm: local statistics are each shard's own, so only a step without them is one device's
+        net = nn.Sequential(nn.Conv2d(4, 3, padding=1), nn.GELU(), nn.Dropout(0.5), nn.MaxPool2d(2), nn.Flatten(),
+                            nn.Dropout(0.3), nn.Dense())
+        spec = ModelSpec("dropout", IMAGES, 3, net.graph())
+        dtype, rtol = self.dtype(engine)
+        x, y = batch(spec, 6, seed=4)
+        states = []
+        for k in self.counts(engine):
+            sizes = shard_sizes(len(x), k)
+            reps = self.make(engine, spec, k, dtype=dtype)
+            reps.train_step(reps.place(masked(spec, x, y, sizes, dtype)[0]), lr=0.1)
+            states.append((k, reps.state()))
+        for k, state in states[1:]:
+            assert_states_close(state, states[0][1], rtol=rtol,
+                                promise=f"models: a step with Dropout on {k} devices is not one device's")
+
+    def test_dropout_without_masks_is_refused(self, engine):
+        spec = ModelSpec("dropout", FEATURES, 3, LAYER_CASES["Dropout"][0]().graph())
+        x, y = batch(spec, 4)
+        reps = self.make(engine, spec, 1)
+        with pytest.raises(MultidevError, match="mask"):
+            reps.train_step(reps.place(cut(x, y, [4])), lr=0.1)

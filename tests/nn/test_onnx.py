@@ -1,0 +1,244 @@
+"""ONNX in and out: a torch export read by from_onnx computes torch's logits; multidev's networks survive a round trip.
+
+Why: ``--model net.onnx`` trains a network from another framework on every
+engine, from its own weights, and ``multidev export --onnx`` serves a trained
+one anywhere; both must be the same function, and whatever multidev cannot
+express must be one line naming the ONNX node.
+"""
+
+import re
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import multidev
+from multidev import MultidevError, nn, reference
+from multidev.nn.onnx import from_onnx, to_onnx
+
+onnx = pytest.importorskip("onnx", reason="the onnx package is not installed (pip install 'multidev[onnx]')")
+helper, TensorProto = onnx.helper, onnx.TensorProto
+
+
+def _ort():
+    return pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: nothing runs the ONNX files")
+
+
+def _torch():
+    return pytest.importorskip("torch", reason="torch is not installed: no network to export")
+
+
+def _torch_net(torch):
+    """Conv, BatchNorm, ReLU, a residual add, max pooling, Flatten, Linear, Dropout, GELU; random statistics."""
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+            self.bn1 = torch.nn.BatchNorm2d(8)
+            self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+            self.pool = torch.nn.MaxPool2d(2)
+            self.fc1 = torch.nn.Linear(8 * 4 * 4, 16)
+            self.drop = torch.nn.Dropout(0.3)
+            self.act = torch.nn.GELU()
+            self.fc2 = torch.nn.Linear(16, 5)
+
+        def forward(self, x):
+            y = torch.relu(self.bn1(self.conv1(x)))
+            y = self.pool(y + self.conv2(y))
+            return self.fc2(self.act(self.drop(self.fc1(torch.flatten(y, 1)))))
+
+    torch.manual_seed(0)
+    net = Net()
+    with torch.no_grad():
+        net.bn1.weight.uniform_(0.5, 1.5)
+        net.bn1.bias.normal_(0, 0.3)
+        net.bn1.running_mean.normal_(0, 0.3)
+        net.bn1.running_var.uniform_(0.5, 1.5)
+    return net
+
+
+@pytest.mark.parametrize("opset, training", [(17, False), (17, True), (20, False)])
+def test_a_torch_export_computes_torchs_logits(tmp_path, opset, training):
+    """Below opset 20 torch writes GELU as Div/Erf/Add/Mul/Mul; in training mode BatchNorm has extra outputs.
+
+    The weights are float32; both sides compute in float64, so they agree far closer than 1e-5.
+    """
+    torch = _torch()
+    net = _torch_net(torch).train(training)
+    path = tmp_path / "net.onnx"
+    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's notes on the TorchScript exporter
+        torch.onnx.export(net, torch.zeros(2, 3, 8, 8), str(path), dynamo=False, do_constant_folding=False,
+                          training=mode, opset_version=opset, input_names=["input"], output_names=["logits"],
+                          dynamic_axes={"input": {0: "N"}})
+    graph = from_onnx(path)
+    names = [n.name for n in graph.nodes]  # torch leaves Dropout out of an inference export
+    assert names == ["conv1", "bn1", "relu1", "conv2", "add1", "pool", "flatten1", "fc1"] + ["drop"] * training \
+        + ["act", "fc2"]
+    assert graph.source == str(path) and (not training or graph.nodes[8].layer == nn.Dropout(0.3))
+    spec = multidev.ModelSpec("net", (3, 8, 8), 5, graph=graph)
+    x = np.random.default_rng(1).normal(size=(4, 3, 8, 8))
+    with torch.no_grad():
+        want = net.eval().double()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(reference.predict(spec, spec.init(0), x), want, rtol=0, atol=1e-5)
+
+
+def test_torchs_view_linear_without_bias_and_features(tmp_path):
+    """x.view(x.size(0), -1) (Shape, Gather, Unsqueeze, Concat, Reshape), Linear(bias=False) (Transpose, MatMul)."""
+    torch = _torch()
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(12, 6, bias=False)
+            self.bn = torch.nn.BatchNorm1d(6)
+            self.norm = torch.nn.LayerNorm(12)
+            self.out = torch.nn.Linear(12, 3)
+
+        def forward(self, x):
+            a = torch.tanh(self.bn(self.fc(x.view(x.size(0), -1))))
+            return self.out(self.norm(torch.cat([a, torch.sigmoid(a)], 1)))
+
+    torch.manual_seed(0)
+    net = Net().eval()
+    path = tmp_path / "net.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, torch.zeros(2, 3, 2, 2), str(path), dynamo=False, do_constant_folding=False,
+                          opset_version=17, dynamic_axes={"x": {0: "N"}}, input_names=["x"])
+    graph = from_onnx(path)
+    assert [n.name for n in graph.nodes] == ["flatten1", "fc", "bn", "tanh1", "sigmoid1", "concat1", "norm", "out"]
+    spec = multidev.ModelSpec("net", (3, 2, 2), 3, graph=graph)
+    x = np.random.default_rng(1).normal(size=(4, 3, 2, 2))
+    with torch.no_grad():
+        want = net.double()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(reference.predict(spec, spec.init(0), x), want, rtol=0, atol=1e-5)
+
+
+def _custom() -> nn.Model:
+    """Every other layer: LayerNorm on images and on features, GELU, Tanh, Sigmoid, Concat, a 3-way Add."""
+    x = nn.Input()
+    a = nn.Conv2d(4, 3, padding=1, name="a")(x)
+    b = nn.Tanh()(nn.Conv2d(2, 1, stride=1, bias=False, name="b")(x))
+    y = nn.GELU()(nn.LayerNorm()(nn.Concat()(a, b)))
+    y = nn.AvgPool2d(3, stride=2)(nn.Add()(y, nn.Conv2d(6, 1)(x), nn.Sigmoid()(y)))
+    z = nn.LayerNorm()(nn.Dense(12, bias=False)(nn.Flatten()(y)))
+    return nn.Model(x, nn.Dense()(nn.GELU()(z)))
+
+
+def _random_state(spec) -> dict:
+    """The seed's weights with BatchNorm and LayerNorm values that are not the identity."""
+    rng = np.random.default_rng(7)
+    state = spec.init(0)
+    for p in spec.params():
+        if p.role in ("gamma", "var"):
+            state[p.name] = rng.uniform(0.5, 1.5, p.shape).astype(np.float32)
+        elif p.role in ("beta", "mean", "bias"):
+            state[p.name] = rng.normal(0, 0.3, p.shape).astype(np.float32)
+    return state
+
+
+@pytest.mark.parametrize("model, in_shape, opset", [("convnet", (3, 8, 8), 17), ("lenet", (1, 16, 16), 17),
+                                                    ("custom", (3, 9, 9), 17), ("custom", (3, 9, 9), 20)])
+def test_round_trip_runs_in_onnxruntime_and_reads_back(tmp_path, model, in_shape, opset):
+    ort = _ort()
+    spec = multidev.ModelSpec(model, in_shape, 10, graph=_custom().graph() if model == "custom" else None)
+    state = _random_state(spec)
+    path = tmp_path / "out.onnx"
+    assert to_onnx(spec.graph, state, spec.in_shape, path, opset=opset) == str(path)
+    x = np.random.default_rng(2).normal(size=(3, *in_shape))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    logits = session.run(["logits"], {"input": x.astype(np.float32)})[0]
+    np.testing.assert_allclose(logits, reference.predict(spec, state, x), rtol=1e-5, atol=1e-5)
+    back = from_onnx(path)
+    assert back == spec.graph  # names, layers and wiring
+    assert list(back.weights) == [p.name for p in spec.params()]
+    for name, value in back.weights.items():
+        np.testing.assert_array_equal(value, state[name])
+
+
+def _write(tmp_path, nodes, inits=(), in_dims=(4,), opset=17):
+    """A one-input, one-output model built with onnx.helper, saved."""
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", *in_dims])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", *(f"d{i}" for i in range(len(in_dims)))])
+    graph = helper.make_graph(list(nodes), "g", [x], [y], list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def _weight(name, *shape):
+    return onnx.numpy_helper.from_array(np.ones(shape, np.float32), name)
+
+
+def test_matmul_and_add_make_one_dense(tmp_path):
+    """MatMul + Add (a bias), Gemm with transB 0, alpha and beta, an n-ary Sum, a dead branch: as onnxruntime."""
+    ort = _ort()
+    rng = np.random.default_rng(0)
+
+    def array(name, *shape):
+        return onnx.numpy_helper.from_array(rng.normal(size=shape).astype(np.float32), name)
+
+    nodes = [helper.make_node("MatMul", ["input", "w"], ["m"], name="lin/MatMul"),
+             helper.make_node("Add", ["m", "b"], ["a"], name="lin/Add"),
+             helper.make_node("Relu", ["a"], ["r"], name="Relu_3"),
+             helper.make_node("Tanh", ["a"], ["unused"], name="dead"),
+             helper.make_node("Sum", ["r", "a", "r"], ["s"], name="sum"),
+             helper.make_node("Gemm", ["s", "w2", "b2"], ["y"], name="head", alpha=0.5, beta=2.0)]
+    path = _write(tmp_path, nodes, [array("w", 6, 5), array("b", 5), array("w2", 5, 3), array("b2", 1, 3)],
+                  in_dims=(6,))
+    graph = from_onnx(path)
+    assert [(n.name, n.layer, n.inputs) for n in graph.nodes] == [
+        ("lin", nn.Dense(5), ("input",)), ("relu1", nn.ReLU(), ("lin",)), ("sum", nn.Add(), ("relu1", "lin", "relu1")),
+        ("head", nn.Dense(3), ("sum",))]
+    spec = multidev.ModelSpec("net", (6,), 3, graph=graph)
+    x = rng.normal(size=(4, 6))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"input": x.astype(np.float32)})[0]
+    np.testing.assert_allclose(reference.predict(spec, spec.init(0), x), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("softplus", "ONNX node 'act' (op Softplus) is not supported by multidev.nn: supported ops are Add, "),
+    ("dilation", "ONNX node 'wide' (op Conv) has dilations [2, 2]: multidev.nn's Conv2d needs"),
+    ("groups", "ONNX node 'depthwise' (op Conv) has group 3: multidev.nn's Conv2d has no groups"),
+    ("epsilon", "ONNX node 'bn' (op BatchNormalization) has epsilon 0.001: multidev.nn's BatchNorm uses 1e-05"),
+    ("tanh-gelu", "ONNX node 'g' (op Gelu) is the tanh approximation"),
+])
+def test_what_multidev_cannot_express_is_one_line_naming_the_node(tmp_path, case, message):
+    if case == "softplus":
+        path = _write(tmp_path, [helper.make_node("Softplus", ["input"], ["y"], name="act")])
+    elif case in ("dilation", "groups"):
+        attrs = {"dilations": [2, 2]} if case == "dilation" else {"group": 3}
+        node = helper.make_node("Conv", ["input", "w"], ["y"], name="wide" if case == "dilation" else "depthwise",
+                                **attrs)
+        path = _write(tmp_path, [node], [_weight("w", 3, 3 // attrs.get("group", 1), 3, 3)], in_dims=(3, 8, 8))
+    elif case == "epsilon":
+        node = helper.make_node("BatchNormalization", ["input", "s", "b", "m", "v"], ["y"], name="bn", epsilon=1e-3)
+        path = _write(tmp_path, [node], [_weight(n, 4) for n in "sbmv"])
+    else:
+        path = _write(tmp_path, [helper.make_node("Gelu", ["input"], ["y"], name="g", approximate="tanh")],
+                      opset=20)
+    with pytest.raises(MultidevError, match="^" + re.escape(message)) as err:
+        from_onnx(path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_file_that_is_not_onnx_is_one_line(tmp_path):
+    text, empty = tmp_path / "notes.onnx", tmp_path / "empty.onnx"
+    text.write_text("not a model\n")
+    empty.write_bytes(b"")
+    for path, message in ((text, "is not an ONNX model"), (empty, "is not an ONNX model"),
+                          (tmp_path / "missing.onnx", "does not exist")):
+        with pytest.raises(MultidevError, match=message) as err:
+            from_onnx(path)
+        assert "\n" not in str(err.value)
+
+
+def test_importing_multidev_nn_imports_no_onnx():
+    code = "import sys, multidev.nn as nn; assert 'onnx' not in sys.modules; assert callable(nn.from_onnx)"
+    subprocess.run([sys.executable, "-c", code], check=True)
