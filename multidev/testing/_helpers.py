@@ -19,17 +19,18 @@ def batch(spec: ModelSpec, size: int, seed: int = 0) -> tuple[np.ndarray, np.nda
     return x, y
 
 
-def max_rel_error(a: np.ndarray, b: np.ndarray) -> float:
-    """Largest difference, relative to the larger array's scale (robust where entries are ~0)."""
-    scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)), 1e-12)
+def max_rel_error(a: np.ndarray, b: np.ndarray, floor: float = 1e-12) -> float:
+    """Largest difference, relative to the larger array's scale, or ``floor`` where that is smaller."""
+    scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)), floor)
     return float(np.max(np.abs(a - b), initial=0.0)) / scale
 
 
 def assert_states_close(got: State, want: State, *, rtol: float, promise: str,
-                        names: Iterable[str] | None = None) -> None:
-    """Every array of ``got`` within ``rtol`` (relative to its scale) of ``want``; the message names the promise."""
+                        names: Iterable[str] | None = None, floor: float = 1e-12) -> None:
+    """Every array of ``got`` within ``rtol`` (relative to its scale, at least ``floor``) of ``want``; the message
+    names the promise."""
     for name in names if names is not None else want:
-        err = max_rel_error(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64))
+        err = max_rel_error(np.asarray(got[name], np.float64), np.asarray(want[name], np.float64), floor)
         assert err <= rtol, f"{promise}: {name} differs by {err:.2e} (relative), tolerance {rtol:.0e}"
 
 

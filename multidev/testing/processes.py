@@ -114,6 +114,13 @@ def job_processes(marker: str) -> list[int]:
     return found
 
 
+def user_model(folder: Path) -> str:
+    """A user's file with the README's kind of network (residual block, max pooling, dropout): ``--model``'s text."""
+    (folder / "net.py").write_text("from multidev.testing.layers import readme_definition\n\n\n"
+                                   "def build():\n    return readme_definition(16)\n")
+    return f"{folder / 'net.py'}:build"
+
+
 class MultiProcessChecks(EngineFixtures):
     """contract: Process groups: one job over several processes, the same answers, faults that end it cleanly."""
 
@@ -124,11 +131,13 @@ class MultiProcessChecks(EngineFixtures):
                         f"`multidev train --backend {engine.name}`")
 
     @pytest.mark.slow
-    @pytest.mark.parametrize("model, batchnorm", [("resnet18", "local"), ("resnet18", "sync"), ("lenet", "local")])
+    @pytest.mark.parametrize("model, batchnorm", [("resnet18", "local"), ("resnet18", "sync"), ("lenet", "local"),
+                                                  ("definition", "local")])
     def test_two_processes_equal_two_devices(self, engine, model, batchnorm, tmp_path):
         self.needs_processes(engine)
         # LeNet needs 14x14 images: the synthetic set's 16x16, batch 101 (51 / 50 rows), the last one 7 (4 / 3)
-        shape = [] if model == "resnet18" else ["--model", "lenet", "--dataset", "synthetic", "--batch-size", "101"]
+        shape = {"resnet18": [], "lenet": ["--model", "lenet", "--dataset", "synthetic", "--batch-size", "101"],
+                 "definition": ["--model", user_model(tmp_path)]}[model]
         dtype, rtol = "float32", SAME_ENGINE_RTOL
         if batchnorm == "sync":
             self.require(engine, "sync_batchnorm_processes")

@@ -2,8 +2,8 @@
 
 The modules every engine has, under the same names (put one beside another
 engine's to compare): ``backend`` (the engine object the entry point returns),
-``devices`` (multidev's devices as torch devices), ``model`` (ResNet-18 and
-LeNet under the canonical names), ``batchnorm`` (the contract's BatchNorm,
+``devices`` (multidev's devices as torch devices), ``model`` (any model
+definition from torch's own layers, under the canonical names), ``batchnorm`` (the contract's BatchNorm,
 local or sync), ``parallel`` (the replicas: place, step, AllReduce, state),
 ``optimizers`` (the core's optimizers as ``torch.optim``'s, their state in
 canonical names) and ``distributed`` (one process per device: ``launch``,

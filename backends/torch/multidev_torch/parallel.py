@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Iterator, Optional
 
 import numpy as np
 import torch
@@ -30,10 +31,21 @@ from . import optimizers
 from .batchnorm import BatchNorm
 from .devices import torch_device
 from .distributed import all_sum_tensors
-from .model import build
+from .model import MASKS_MISSING, Masks, build
 
-Shard = DeviceShard[torch.Tensor]
+
+@dataclass(frozen=True)
+class Shard(DeviceShard[torch.Tensor]):
+    """One device's placed shard; in training a model with Dropout, the core's multipliers for its rows beside it."""
+
+    masks: Masks = None
+
+
 Batch = Placed[Shard]
+
+
+def _tensor(array: np.ndarray, place: torch.device, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array)).to(place, dtype)
 
 
 class TorchReplicas(ReplicaStates):
@@ -56,34 +68,40 @@ class TorchReplicas(ReplicaStates):
         self._holding = False  # replicas' .grad hold micro-batches of an update not yet made
         self._bf16 = setup.precision == "bf16"
         self._bns = [[m for m in model.modules() if isinstance(m, BatchNorm)] for model in self.models]
+        self._dropout = bool(self.spec.dropouts())
         for bn in self._bns[0]:
             bn.across_processes = self.processes > 1 and self.sync
 
     # Shard -----------------------------------------------------------------
     def place(self, shards: Shards) -> Batch:
-        return Placed([Shard(torch.from_numpy(np.ascontiguousarray(xi)).to(place, self.dtype),
-                       None if yi is None else torch.from_numpy(np.ascontiguousarray(yi)).to(place), len(xi))
-                       for xi, yi, place in zip(shards.x, labels(shards), self._places)], shards)
+        """Each device's rows, labels and Dropout multipliers (``shards.masks``, when the core drew any) on it."""
+        def masks(i: int) -> Masks:
+            if shards.masks is None:
+                return None
+            return {node: _tensor(rows[i], self._places[i], self.dtype) for node, rows in shards.masks.items()}
+        return Placed([Shard(_tensor(xi, place, self.dtype), None if yi is None else _tensor(yi, place), len(xi),
+                             masks(i))
+                       for i, (xi, yi, place) in enumerate(zip(shards.x, labels(shards), self._places))], shards)
 
     def shards(self, batch: list[Shard]) -> list[np.ndarray]:
         return [s.x.cpu().numpy() for s in batch]
 
     # Forward / backward ----------------------------------------------------
-    def _forward(self, i: int, x: torch.Tensor) -> torch.Tensor:
+    def _forward(self, i: int, x: torch.Tensor, masks: Masks = None) -> torch.Tensor:
         """Replica i's logits, in bfloat16 under ``precision="bf16"`` (autocast is per thread: entered here)."""
         with torch.autocast(self._places[i].type, dtype=torch.bfloat16, enabled=self._bf16):
-            return self.models[i](x)
+            return self.models[i](x, masks)
 
     def _logits(self, batch: list[Shard], active: list[int]) -> dict[int, torch.Tensor]:
         """Training-mode logits of every non-empty shard; lockstep threads under sync BatchNorm."""
         if not (self.sync and len(active) > 1):
-            return {i: self._forward(i, batch[i].x) for i in active}
+            return {i: self._forward(i, batch[i].x, batch[i].masks) for i in active}
         gather = AllGather(len(active))
         for rank, i in enumerate(active):
             for bn in self._bns[i]:
                 bn.exchange, bn.rank = gather, rank
         try:
-            return run_lockstep(lambda i: self._forward(i, batch[i].x), active, gather)
+            return run_lockstep(lambda i: self._forward(i, batch[i].x, batch[i].masks), active, gather)
         finally:
             for i in active:
                 for bn in self._bns[i]:
@@ -114,6 +132,8 @@ class TorchReplicas(ReplicaStates):
             return self._backward_micro(batch)
 
     def _backward_micro(self, batch: Batch) -> StepStats:
+        if self._dropout and batch.host.masks is None:
+            raise MultidevError(MASKS_MISSING)
         total = batch.host.batch  # B over every process and micro-batch of the update
         active = batch.host.active
         if self.processes > 1 and self.sync:
