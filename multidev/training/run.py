@@ -13,7 +13,6 @@ from multidev.engines.protocol import Backend, Replicas, Setup, replicate
 from multidev.engines.registry import engine_version
 from multidev.errors import MultidevError
 from multidev.nn import sources
-from multidev.nn.graph import Graph
 from multidev.outputs import checkpoint as ckpt
 from multidev.outputs.result import EpochRecord, Result
 from multidev.outputs.trace import Trace
@@ -156,14 +155,10 @@ def _result(engine: Backend, s: Settings, data: Dataset, devices: list[Device], 
 def model_spec(s: Settings, data: Dataset) -> ModelSpec:
     """The run's model for ``data``: the one named, or when resuming without ``--model`` the checkpoint's."""
     if s.model is None and s.resume is not None:
-        return ModelSpec(*_saved(s.resume), data.shape, data.num_classes)
+        saved = ckpt.spec_of(s.resume)
+        return ModelSpec(saved.name, data.shape, data.num_classes, saved.graph)
     value = s.model or sources.DEFAULT
     return ModelSpec(sources.label(value), data.shape, data.num_classes, sources.definition(value))
-
-
-def _saved(path: str) -> tuple[str, Graph]:
-    saved = ckpt.spec_of(path)
-    return saved.name, saved.graph
 
 
 def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch = None, local_rank: int = 0) -> Result:

@@ -15,3 +15,46 @@ def test_resume_with_another_optimizer_is_refused(tmp_path):
     train(FakeEngine(), epochs=1, checkpoint=tmp_path / "c.npz", momentum=0.9, **kwargs)
     with pytest.raises(MultidevError, match="was trained with sgd m0.9, this run asks for adamw"):
         train(FakeEngine(), epochs=2, resume=tmp_path / "c.npz", optimizer="adamw", **kwargs)
+
+
+def _dropout_net():
+    from multidev import nn
+    return nn.Sequential(nn.Conv2d(3, 3, padding=1), nn.Tanh(), nn.Dropout(0.5), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Dropout(0.25), nn.Dense())
+
+
+def _trained(tmp_path, name, **settings):
+    from multidev.outputs import checkpoint as ckpt
+    data = synthetic(n_train=24, n_test=4, shape=(1, 6, 6))
+    path = tmp_path / f"{name}.npz"
+    kwargs = dict(model=_dropout_net(), dataset=data, batch_size=8, dtype="float64", checkpoint=path, epochs=2)
+    train(FakeEngine(), **{**kwargs, **settings})
+    return ckpt.load(path)
+
+
+def test_dropout_drops_the_same_units_on_any_device_count_and_micro_batching(tmp_path):
+    import numpy as np
+    _, one, _ = _trained(tmp_path, "one")
+    for name, settings in {"two": dict(devices=2), "three": dict(devices=3),
+                           "micro": dict(batch_size=4, accumulate=2)}.items():
+        _, other, _ = _trained(tmp_path, name, **settings)
+        assert all(np.allclose(other[n], one[n], rtol=1e-12, atol=1e-14) for n in one), name
+
+
+def test_a_resumed_run_with_dropout_ends_as_the_uninterrupted_one(tmp_path):
+    import numpy as np
+    _, whole, _ = _trained(tmp_path, "whole")
+    _trained(tmp_path, "half", epochs=1)
+    spec, resumed, _ = _trained(tmp_path, "half", model=None, resume=tmp_path / "half.npz")  # its own model
+    assert spec.graph == _dropout_net().graph().resolved(10)
+    assert all(np.array_equal(resumed[n], whole[n]) for n in whole)
+
+
+def test_dropout_changes_training():
+    from multidev import nn
+    data = synthetic(n_train=16, n_test=4, shape=(1, 6, 6))
+    base = dict(dataset=data, batch_size=8, dtype="float64", epochs=1)
+    kept = nn.Sequential(nn.Conv2d(3, 3, padding=1), nn.Tanh(), nn.MaxPool2d(2), nn.Flatten(), nn.Dense())
+    a = train(FakeEngine(), model=_dropout_net(), **base).epochs[0].loss
+    b = train(FakeEngine(), model=kept, **base).epochs[0].loss
+    assert a != b
