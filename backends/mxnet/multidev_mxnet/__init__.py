@@ -5,12 +5,13 @@ the engine loads it on first use (see :mod:`.runtime`).
 
 The modules every engine has, under the same names (put one beside another
 engine's to compare): ``backend`` (the engine object the entry point returns),
-``devices`` (multidev's devices as MXNet contexts), ``model`` (ResNet-18 and
-LeNet under the canonical names), ``batchnorm`` (the contract's BatchNorm,
-local or sync), ``parallel`` (the replicas: place, step, kvstore AllReduce,
-state), ``optimizers`` (the core's optimizers as Gluon optimizers, their state
-in canonical names) and ``distributed`` (one process per device: ``launch``,
-``join``, ``leave``, ``all_sum``).
+``devices`` (multidev's devices as MXNet contexts), ``model`` (any
+``multidev.nn`` definition from Gluon's layers, under the canonical names),
+``batchnorm`` (the contract's BatchNorm, local or sync), ``parallel`` (the
+replicas: place, step, kvstore AllReduce, state), ``optimizers`` (the core's
+optimizers as Gluon optimizers, their state in canonical names) and
+``distributed`` (one process per device: ``launch``, ``join``, ``leave``,
+``all_sum``).
 
 MXNet's own: ``runtime`` (loading MXNet on first use, and its thread count)
 and ``serve`` (``python -m multidev_mxnet.serve``: the job's scheduler or a

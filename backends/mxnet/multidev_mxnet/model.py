@@ -1,17 +1,30 @@
-"""The book's small-image ResNet-18 and LeNet in Gluon, with the core's canonical names.
+"""Any ``multidev.nn`` definition as one Gluon network, with the core's canonical names.
 
-Child blocks are attributes named as in the canonical layout, so Gluon's own
-structured names (those ``save_parameters`` writes) are the canonical names:
-``stem.conv.weight``, ``stage2.block1.proj.bias``, ... MXNet's layouts are the
-canonical ones (OIHW convolutions, (out, in) dense, NCHW flattened in C, H, W
-order), so loading a state is a copy with no transposes.
+The graph's nodes run in order inside one ``HybridBlock``; a node with
+parameters is Gluon's own layer (``nn.Conv2D``, ``nn.Dense``, the engine's
+BatchNorm, a small LayerNorm), registered as a child under the node's name
+(``stage1.block1.conv1``), so Gluon's structured names (those
+``save_parameters`` writes) are the canonical ones: ``stage1.block1.conv1.weight``.
+MXNet's layouts are the canonical ones (OIHW convolutions, (out, in) dense,
+NCHW flattened in C, H, W order), so loading a state is a copy with no
+transposes.
+
+Dropout multiplies its input by the core's mask, an input of the network
+(one per Dropout node, in graph order): MXNet's own Dropout draws its own
+masks, which no other engine could repeat. Inference passes masks of ones.
 """
 
 from __future__ import annotations
 
+import operator
 import warnings
+from collections.abc import Callable
+from functools import reduce
 
-from multidev.engine import ModelSpec, lenet_flat_features, resnet18_blocks
+import numpy as np
+
+from multidev import nn as mnn  # the model language; `nn` is Gluon's
+from multidev.engine import LN_EPS, ModelSpec, MultidevError
 
 from .batchnorm import BatchNorm, StatsExchange
 from .runtime import mxnet
@@ -21,95 +34,126 @@ mx = mxnet()
 nn = mx.gluon.nn
 
 
-class ConvBN(nn.HybridBlock):
-    """The stem: 3x3 convolution (stride 1, padding 1, no bias), BatchNorm, ReLU; no max-pooling."""
+class LayerNorm(nn.HybridBlock):
+    """Each sample over all its values (biased variance), then a scale and shift per channel (or feature).
 
-    def __init__(self, cin: int, cout: int, sync: bool) -> None:
+    Not MXNet's LayerNorm (one axis) nor its GroupNorm (1.9.1: one scale per
+    group): plain ops, whose gradients autograd derives.
+    """
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
         super().__init__()
+        self.broadcast = (1, shape[0]) + (1,) * (len(shape) - 1)  # (1, C, 1, 1) for images, (1, F) for features
         with self.name_scope():
-            self.conv = nn.Conv2D(cout, 3, padding=1, use_bias=False, in_channels=cin)
-            self.bn = BatchNorm(cout, sync)
+            self.gamma = self.params.get("gamma", shape=(shape[0],), init=mx.init.One())
+            self.beta = self.params.get("beta", shape=(shape[0],), init=mx.init.Zero())
 
-    def hybrid_forward(self, F, x):
-        return F.relu(self.bn(self.conv(x)))
-
-
-class Residual(nn.HybridBlock):
-    """The book's residual block; the 1x1 projection has a bias and no BatchNorm."""
-
-    def __init__(self, cin: int, cout: int, stride: int, projection: bool, sync: bool) -> None:
-        super().__init__()
-        with self.name_scope():
-            self.conv1 = nn.Conv2D(cout, 3, strides=stride, padding=1, use_bias=False, in_channels=cin)
-            self.bn1 = BatchNorm(cout, sync)
-            self.conv2 = nn.Conv2D(cout, 3, padding=1, use_bias=False, in_channels=cout)
-            self.bn2 = BatchNorm(cout, sync)
-            self.proj = nn.Conv2D(cout, 1, strides=stride, in_channels=cin) if projection else None
-
-    def hybrid_forward(self, F, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return F.relu(y + (x if self.proj is None else self.proj(x)))
+    def hybrid_forward(self, F, x, gamma, beta):
+        centred = F.broadcast_sub(x, F.mean(x, axis=0, exclude=True, keepdims=True))
+        var = F.mean(F.square(centred), axis=0, exclude=True, keepdims=True)
+        xhat = F.broadcast_mul(centred, F.rsqrt(var + LN_EPS))
+        return F.broadcast_add(F.broadcast_mul(xhat, F.reshape(gamma, shape=self.broadcast)),
+                               F.reshape(beta, shape=self.broadcast))
 
 
-class Stage(nn.HybridBlock):
-    """Two residual blocks, registered as ``block1`` and ``block2``."""
+def _layer_block(layer: mnn.Layer, shape: tuple[int, ...], sync: bool):
+    """Gluon's block for a layer with parameters (``shape``: its input's, per sample); None for the rest."""
+    if isinstance(layer, mnn.Conv2d):
+        return nn.Conv2D(layer.out_channels, layer.kernel_size, strides=layer.stride, padding=layer.padding,
+                         use_bias=layer.bias, in_channels=shape[0])
+    if isinstance(layer, mnn.Dense):
+        return nn.Dense(layer.out_features, use_bias=layer.bias, flatten=False, in_units=shape[0])
+    if isinstance(layer, mnn.BatchNorm):
+        return BatchNorm(shape[0], sync)
+    if isinstance(layer, mnn.LayerNorm):
+        return LayerNorm(shape)
+    return None
 
-    def __init__(self, *blocks: Residual) -> None:
-        super().__init__()
-        self.names = [f"block{i}" for i in range(1, len(blocks) + 1)]
-        for name, block in zip(self.names, blocks):
-            setattr(self, name, block)  # Gluon registers an attribute block as a child under that name
 
-    def hybrid_forward(self, F, x):
-        for name in self.names:
-            x = getattr(self, name)(x)
-        return x
+def _pool(kind: str) -> Callable:
+    def pool(F, layer, xs):
+        k, s = layer.kernel_size, layer.step
+        return F.Pooling(xs[0], kernel=(k, k), stride=(s, s), pool_type=kind, pooling_convention="valid")
+    return pool
 
 
-class ResNet18(nn.HybridBlock):
+def _gelu(F, layer, xs):
+    """GELU's exact form x * Phi(x), with the exact gradient Phi(x) + x * phi(x).
+
+    MXNet 1.9.1 has no exact GELU to take: ``LeakyReLU(act_type="gelu")`` is
+    1e-7 off erf's form and ``erf``'s gradient 3e-8 off, even in float64
+    (measured). So Phi is held fixed and the term x * phi(x) comes from
+    phi(x)'s own gradient (phi' = -x phi): ``stop(phi) - phi`` is 0, with
+    gradient x * phi(x).
+    """
+    x = xs[0]
+    cdf = 0.5 * F.erf(x * float(1 / np.sqrt(2))) + 0.5
+    pdf = F.exp(-0.5 * F.square(x)) * float(1 / np.sqrt(2 * np.pi))
+    return x * F.stop_gradient(cdf) + (F.stop_gradient(pdf) - pdf)
+
+
+#: the layers without parameters: (F, layer, inputs) -> output
+_FUNCTIONS: dict[type, Callable] = {
+    mnn.ReLU: lambda F, layer, xs: F.relu(xs[0]),
+    mnn.GELU: _gelu,
+    mnn.Tanh: lambda F, layer, xs: F.tanh(xs[0]),
+    mnn.Sigmoid: lambda F, layer, xs: F.sigmoid(xs[0]),
+    mnn.MaxPool2d: _pool("max"),
+    mnn.AvgPool2d: _pool("avg"),
+    mnn.GlobalAvgPool: lambda F, layer, xs: F.mean(xs[0], axis=(2, 3)),
+    mnn.Flatten: lambda F, layer, xs: F.reshape(xs[0], shape=(0, -1)),  # C, H, W order; features unchanged
+    mnn.Add: lambda F, layer, xs: reduce(operator.add, xs),
+    mnn.Concat: lambda F, layer, xs: F.concat(*xs, dim=1),
+}
+
+
+class Network(nn.HybridBlock):
+    """A definition's graph: ``net(x, *masks)``, one mask per Dropout node in graph order (ones in inference)."""
+
     def __init__(self, spec: ModelSpec, sync: bool) -> None:
         super().__init__()
+        self.nodes, self.in_shape = spec.graph.nodes, spec.in_shape
+        shapes = spec.graph.shapes(spec.in_shape)
+        self.flat = {n.name for n in self.nodes if len(shapes[n.inputs[0]]) == 1}  # nodes whose input is (N, F)
+        self.dropouts = [name for name, _, _ in spec.dropouts()]
+        self.mask_shapes = [shape for _, _, shape in spec.dropouts()]
         with self.name_scope():
-            self.stem = ConvBN(spec.in_shape[0], 64, sync)
-            stages: dict[str, list[Residual]] = {}
-            for blk in resnet18_blocks():
-                stage = blk.prefix.split(".")[0]
-                stages.setdefault(stage, []).append(
-                    Residual(blk.in_channels, blk.out_channels, blk.stride, blk.projection, sync))
-            self.stages = list(stages)
-            for name, blocks in stages.items():
-                setattr(self, name, Stage(*blocks))
-            self.fc = nn.Dense(spec.num_classes, in_units=512)
+            for node in self.nodes:
+                block = _layer_block(node.layer, shapes[node.inputs[0]], sync)
+                if block is not None:
+                    self.register_child(block, node.name)  # the structured name is the node's
+                elif type(node.layer) not in _FUNCTIONS and not isinstance(node.layer, mnn.Dropout):
+                    raise MultidevError(f"the mxnet engine has no {type(node.layer).__name__} (node {node.name!r})")
 
-    def hybrid_forward(self, F, x):
-        x = self.stem(x)
-        for name in self.stages:
-            x = getattr(self, name)(x)
-        return self.fc(F.mean(x, axis=(2, 3)))
+    def ones(self, rows: int, ctx, dtype) -> list:
+        """Masks that keep everything: what inference passes for the Dropout inputs."""
+        return [mx.nd.ones((rows, *shape), ctx=ctx, dtype=dtype) for shape in self.mask_shapes]
 
+    def example(self, ctx, dtype) -> list:
+        """Inputs of two rows (zeros, masks of ones): what :func:`trace` calls a network with."""
+        return [mx.nd.zeros((2, *self.in_shape), ctx=ctx, dtype=dtype), *self.ones(2, ctx, dtype)]
 
-class LeNet(nn.HybridBlock):
-    """The book's LeNet with ReLU: conv3 -> avgpool2 -> conv5 -> avgpool2 -> dense 128 -> dense."""
+    def hybrid_forward(self, F, x, *masks):
+        values, masks = {"input": x}, dict(zip(self.dropouts, masks))
+        for node in self.nodes:
+            values[node.name] = self._node(F, node, [values[i] for i in node.inputs], masks)
+        return values[self.nodes[-1].name]
 
-    def __init__(self, spec: ModelSpec) -> None:
-        super().__init__()
-        c, h, w = spec.in_shape
-        with self.name_scope():
-            self.conv1 = nn.Conv2D(20, 3, in_channels=c)
-            self.conv2 = nn.Conv2D(50, 5, in_channels=20)
-            self.fc1 = nn.Dense(128, in_units=lenet_flat_features(h, w))
-            self.fc2 = nn.Dense(spec.num_classes, in_units=128)
-
-    def hybrid_forward(self, F, x):
-        x = F.Pooling(F.relu(self.conv1(x)), kernel=(2, 2), stride=(2, 2), pool_type="avg")
-        x = F.Pooling(F.relu(self.conv2(x)), kernel=(2, 2), stride=(2, 2), pool_type="avg")
-        return self.fc2(F.relu(self.fc1(x)))  # Dense flattens in C, H, W order
+    def _node(self, F, node, xs: list, masks: dict):
+        layer = node.layer
+        if isinstance(layer, mnn.Dropout):
+            return xs[0] * masks[node.name]
+        if type(layer) in _FUNCTIONS:
+            return _FUNCTIONS[type(layer)](F, layer, xs)
+        block = self._children[node.name]
+        if isinstance(layer, mnn.BatchNorm) and node.name in self.flat:  # features as (N, F, 1, 1) images
+            return F.reshape(block(F.reshape(xs[0], shape=(0, 0, 1, 1))), shape=(0, 0))
+        return block(xs[0])
 
 
-def build(spec: ModelSpec, sync: bool = False) -> nn.HybridBlock:
+def build(spec: ModelSpec, sync: bool = False) -> Network:
     """The network; ``sync`` gives its BatchNorm layers what whole-batch statistics need."""
-    return ResNet18(spec, sync) if spec.name == "resnet18" else LeNet(spec)
+    return Network(spec, sync)
 
 
 def canonical_params(net: nn.Block, spec: ModelSpec) -> dict:
@@ -135,7 +179,7 @@ def hybridize(block: nn.Block, sync: bool) -> None:
     """Compile the whole network; under sync BatchNorm, the largest pieces that hold no BatchNorm.
 
     Sync BatchNorm exchanges statistics between threads in Python, which a
-    compiled graph cannot do; the convolutions around it still run compiled.
+    compiled graph cannot do; the layers around it still run compiled.
     """
     if not (sync and contains_batchnorm(block)):
         if isinstance(block, nn.HybridBlock):
@@ -145,25 +189,25 @@ def hybridize(block: nn.Block, sync: bool) -> None:
         hybridize(child, sync)
 
 
-def trace(net: nn.Block, in_shape: tuple[int, ...], ctx: mx.Context, sync: bool, dtype="float32") -> None:
+def trace(net: nn.Block, inputs: list, sync: bool) -> None:
     """Build the compiled graphs with one call, before any threads use them.
 
     Gluon builds a hybridized block's graph on its first call, and that step is
     not thread-safe (it races on the name scope); running a built one is. Under
     sync BatchNorm the call is a training-mode one through a one-context
     exchange, so the exchange's own graphs are built too; its statistics are
-    dropped, so the running statistics stay untouched.
+    dropped, so the running statistics stay untouched. ``inputs``: from
+    :meth:`Network.example`.
     """
-    x = mx.nd.zeros((2, *in_shape), ctx=ctx, dtype=dtype)
     if not sync:
-        net(x).wait_to_read()
+        net(*inputs).wait_to_read()
         return
     layers = batchnorms(net)
     for bn in layers:
-        bn.exchange = StatsExchange([ctx])
+        bn.exchange = StatsExchange([inputs[0].context])
     try:
         with mx.autograd.record():
-            out = net(x)
+            out = net(*inputs)
         out.wait_to_read()
     finally:
         for bn in layers:

@@ -51,8 +51,18 @@ mx = mxnet()
 
 nd, autograd, gluon = mx.nd, mx.autograd, mx.gluon
 
-#: On its context; x is None for an empty shard. Labels in the network's dtype, as Gluon's losses take them.
-Shard = DeviceShard[Optional[mx.nd.NDArray]]
+
+@dataclass(frozen=True)
+class Shard(DeviceShard[Optional[mx.nd.NDArray]]):
+    """On its context; x is None for an empty shard. Labels in the network's dtype, as Gluon's losses take them.
+
+    ``masks``: the core's Dropout multipliers for these rows, one per Dropout node in graph order; None when
+    the batch carries none (evaluation, prediction).
+    """
+
+    masks: Optional[tuple[mx.nd.NDArray, ...]] = None
+
+
 Batch = Placed[Shard]
 
 
@@ -92,11 +102,11 @@ class MXNetReplicas(ReplicaStates):
             param.wd_mult = param.lr_mult = 1.0  # the contract decays every parameter, BatchNorm's too
         hybridize(self.net, self.sync)
         start = time.perf_counter()
-        trace(self.net, spec.in_shape, self.contexts[0], self.sync, self.dtype)
+        trace(self.net, self.net.example(self.contexts[0], self.dtype), self.sync)
         self._compute = self.net  # what computes the logits: the network, or its bfloat16 graph
         if setup.precision == "bf16":
             self._compute = bfloat16(self.net)
-            trace(self._compute, spec.in_shape, self.contexts[0], False)
+            trace(self._compute, self.net.example(self.contexts[0], self.dtype), False)
         self.compile_seconds = time.perf_counter() - start
         self._statistics = [self._params[name] for name in spec.statistics()]
         self._bns = batchnorms(self.net)
@@ -118,9 +128,22 @@ class MXNetReplicas(ReplicaStates):
 
     # Shard -----------------------------------------------------------------
     def place(self, shards: Shards) -> Batch:
+        masks = self._masks(shards)  # before any copy: a batch that lacks masks is refused whole
         return Placed([Shard(nd.array(xi, ctx=ctx, dtype=self.dtype) if len(xi) else None,
-                             nd.array(yi, ctx=ctx, dtype=self.dtype) if yi is not None and len(yi) else None, len(xi))
-                       for xi, yi, ctx in zip(shards.x, labels(shards), self.contexts)], shards)
+                             nd.array(yi, ctx=ctx, dtype=self.dtype) if yi is not None and len(yi) else None, len(xi),
+                             masks[i])
+                       for i, (xi, yi, ctx) in enumerate(zip(shards.x, labels(shards), self.contexts))], shards)
+
+    def _masks(self, shards: Shards) -> list[Optional[tuple[mx.nd.NDArray, ...]]]:
+        """Device i's Dropout multipliers on its context, in graph order; None without Dropout, masks or rows."""
+        if not self.net.dropouts or shards.masks is None:
+            return [None] * len(shards.x)
+        lacking = [name for name in self.net.dropouts if name not in shards.masks]
+        if lacking:
+            raise MultidevError(f"the batch's Dropout masks lack node(s) {', '.join(lacking)}: give every Dropout "
+                                f"node's masks (multidev.rules.dropout.shard_masks)")
+        return [tuple(nd.array(shards.masks[name][i], ctx=ctx, dtype=self.dtype) for name in self.net.dropouts)
+                if len(xi) else None for i, (xi, ctx) in enumerate(zip(shards.x, self.contexts))]
 
     def shards(self, batch: list[Shard]) -> list[np.ndarray]:
         return [s.x.asnumpy() if s.x is not None else np.zeros((0, *self.spec.in_shape), self.dtype) for s in batch]
@@ -128,7 +151,7 @@ class MXNetReplicas(ReplicaStates):
     # Forward / backward ----------------------------------------------------
     def _shard_forward(self, shard: Shard, total: int) -> ShardOutput:
         with autograd.record():
-            logits = self._compute(shard.x)
+            logits = self._compute(shard.x, *(shard.masks or ()))
             ce_sum = self._ce(logits, shard.y).sum()
             loss = ce_sum / total  # weight n_i / B once summed over the shard (contract: Loss, gradients and the update)
         return ShardOutput(logits, ce_sum, loss)
@@ -151,6 +174,9 @@ class MXNetReplicas(ReplicaStates):
         total, active = batch.host.batch, batch.host.active  # B over every process; this process's busy contexts
         if not total:
             raise MultidevError("an empty minibatch cannot be trained on: give at least one sample")
+        if self.net.dropouts and batch.host.masks is None:
+            raise MultidevError(f"{self.spec.name} has Dropout ({', '.join(self.net.dropouts)}) but the core's masks "
+                                f"are missing: a training batch needs Shards.masks (multidev.rules.dropout)")
         outputs = self._forward(batch, active, total) if active else {}
         if active:
             autograd.backward([outputs[i].loss for i in active])  # one call: sync BN links the contexts
@@ -258,7 +284,7 @@ class MXNetReplicas(ReplicaStates):
 
     def _eval_logits(self, batch: list[Shard]) -> list[tuple[Shard, mx.nd.NDArray]]:
         """Inference-mode logits of every non-empty shard, all contexts queued before any is read."""
-        return [(s, self._compute(s.x)) for s in batch if s.size]
+        return [(s, self._compute(s.x, *self.net.ones(s.size, s.x.context, self.dtype))) for s in batch if s.size]
 
     def evaluate(self, batch: list[Shard]) -> StepStats:
         parts = [(self._ce(logits, s.y).sum(), (logits.argmax(axis=1) == s.y).sum(), s.size)

@@ -1,0 +1,148 @@
+"""Any definition of the model language, built from Gluon's layers, against the float64 reference.
+
+One definition holds every layer kind the zoo's networks do not exercise
+together: residual blocks (with and without a projection), max and average
+pooling, LayerNorm on images and on features, GELU, Tanh, Sigmoid, Concat,
+BatchNorm on features and Dropout on images and on features.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import multidev
+from multidev import nn, reference
+from multidev.rules.devices import resolve_devices
+from multidev.rules.dropout import shard_masks
+from multidev.rules.models import ModelSpec
+from multidev.testing import CROSS_ENGINE_RTOL, FLOAT64_RTOL, assert_states_close
+from multidev.testing.recipes import BF16_STEP_RTOL
+
+SIZES = [3, 2]  # uneven shards on two contexts
+
+
+def definition() -> nn.Model:
+    x = nn.Input()
+    h = nn.Sequential(nn.Conv2d(8, 3, padding=1, bias=False), nn.BatchNorm(), nn.ReLU(), name="stem")(x)
+    h = nn.Residual(nn.Conv2d(8, 3, padding=1), nn.LayerNorm(), nn.GELU(), nn.Conv2d(8, 3, padding=1),
+                    name="block1")(h)
+    h = nn.MaxPool2d(2)(h)
+    wide, narrow = nn.Conv2d(6, 3, padding=1)(h), nn.Tanh()(nn.Conv2d(4, 1)(h))
+    h = nn.Dropout(0.25)(nn.Concat()(wide, narrow))
+    h = nn.Residual(nn.Conv2d(12, 3, stride=2, padding=1, bias=False), nn.BatchNorm(), nn.ReLU(),
+                    shortcut=nn.Conv2d(12, 1, stride=2), name="block2")(h)
+    h = nn.AvgPool2d(3, stride=1)(nn.ReLU()(h))
+    h = nn.Dense(16, bias=False)(nn.Flatten()(h))  # a bias before BatchNorm has a gradient of exactly 0
+    h = nn.Sigmoid()(nn.LayerNorm()(nn.BatchNorm()(h)))
+    return nn.Model(x, nn.Dense()(nn.Dropout(0.5)(h)))
+
+
+SPEC = ModelSpec("mixed", (3, 12, 12), 5, graph=definition().graph())
+
+
+def state(seed: int = 0) -> dict:
+    """The seed's weights with every scale, shift and running statistic moved off its initial value."""
+    rng = np.random.default_rng(seed)
+    start = SPEC.init(seed)
+    moved = {name: value + rng.normal(0, 0.2, value.shape) for name, value in start.items()}
+    for name in SPEC.statistics():
+        if name.endswith("running_var"):
+            moved[name] = rng.uniform(0.5, 2.0, start[name].shape)
+    return {name: value.astype(np.float32) for name, value in moved.items()}
+
+
+def data(rows: int = sum(SIZES), seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.normal(0, 1, (rows, *SPEC.in_shape)), rng.integers(0, SPEC.num_classes, rows)
+
+
+def shards(x, y, masks=True, dtype=np.float64) -> multidev.Shards:
+    """The batch cut over two contexts, with the core's Dropout multipliers in the run's dtype."""
+    cut = multidev.cut(x, y, SIZES)
+    if not masks:
+        return cut
+    return dataclasses.replace(cut, masks=shard_masks(SPEC.dropouts(), 0, 0, 0, 0, SIZES, dtype))
+
+
+def whole_masks() -> dict:
+    per_device = shard_masks(SPEC.dropouts(), 0, 0, 0, 0, SIZES, np.float64)
+    return {name: np.concatenate(parts) for name, parts in per_device.items()}
+
+
+def flat(state: dict) -> np.ndarray:
+    return np.concatenate([state[name].ravel() for name in SPEC.trainable()])
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return multidev.load_backend("mxnet")
+
+
+def replicas(engine, dtype: str = "float64", devices: int = 2, batchnorm: str = "local"):
+    setup = multidev.Setup(SPEC, resolve_devices(devices=devices), batchnorm, dtype)
+    return multidev.replicate(engine, setup, state())
+
+
+def test_the_network_holds_exactly_the_canonical_arrays(engine):
+    reps = replicas(engine, "float32", 1)
+    assert list(reps.state()) == [p.name for p in SPEC.params()]
+    assert_states_close(reps.state(), state(), rtol=0, promise="load_state then state() is not a copy")
+
+
+def test_float64_logits_match_the_reference(engine):
+    x, _ = data()
+    got = replicas(engine).predict(replicas(engine).place(multidev.cut(x, None, SIZES)))
+    want = reference.predict(SPEC, state(), x)
+    err = np.max(np.abs(got - want)) / np.max(np.abs(want))
+    assert err <= FLOAT64_RTOL, f"float64 logits differ from the reference by {err:.2e} (relative)"
+
+
+def test_float64_gradients_with_dropout_match_the_reference(engine):
+    x, y = data()
+    reps = replicas(engine)
+    got = reps.gradients(reps.place(shards(x, y)))
+    want = reference.gradients(SPEC, state(), x, y, SIZES, masks=whole_masks())
+    assert_states_close(got, want, rtol=FLOAT64_RTOL, promise="float64 gradients of the definition")
+
+
+def test_float64_step_with_dropout_matches_the_reference(engine):
+    x, y = data()
+    reps = replicas(engine)
+    reps.train_step(reps.place(shards(x, y)), lr=0.1)
+    want = reference.sgd_step(SPEC, state(), x, y, 0.1, SIZES, masks=whole_masks())
+    assert_states_close(reps.state(), want, rtol=FLOAT64_RTOL, promise="a float64 SGD step of the definition")
+
+
+def test_sync_batchnorm_gradients_with_dropout(engine):
+    """Sync BatchNorm runs the network uncompiled, a thread per context: the masks must reach each one."""
+    x, y = data()
+    reps = replicas(engine, "float32", batchnorm="sync")
+    got = reps.gradients(reps.place(shards(x, y, dtype=np.float32)))
+    want = reference.gradients(SPEC, state(), x, y, SIZES, batchnorm="sync", masks=whole_masks())
+    assert_states_close(got, want, rtol=CROSS_ENGINE_RTOL, promise="float32 sync BatchNorm gradients")
+
+
+def test_bf16_gradients_with_dropout(engine):
+    """contrib.amp's bfloat16 graph takes the masks as data too (seed weights: the moved ones amplify bf16's error)."""
+    x, y = data()
+    setup = multidev.Setup(SPEC, resolve_devices(devices=2), precision="bf16")
+    reps = multidev.replicate(engine, setup, SPEC.init(0))
+    got = flat(reps.gradients(reps.place(shards(x, y, dtype=np.float32))))
+    want = flat(reference.gradients(SPEC, SPEC.init(0), x, y, SIZES, masks=whole_masks()))
+    err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+    assert err < BF16_STEP_RTOL, f"bf16 gradients are {err:.2f} of their norm away from float64's"
+
+
+def test_training_without_the_cores_masks_is_refused(engine):
+    x, y = data()
+    reps = replicas(engine, "float32")
+    before = reps.state()
+    for step in (lambda b: reps.train_step(b, lr=0.1), reps.gradients):
+        with pytest.raises(multidev.MultidevError, match="masks are missing") as caught:
+            step(reps.place(shards(x, y, masks=False)))
+        assert "\n" not in str(caught.value)
+    assert_states_close(reps.state(), before, rtol=0, promise="a refused step changed the model")
+    assert reps.evaluate(reps.place(multidev.cut(x, y, SIZES))).count == len(x)  # inference needs no masks
