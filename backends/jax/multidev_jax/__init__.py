@@ -3,7 +3,7 @@
 The modules every engine has, under the same names (put one beside another
 engine's to compare): ``backend`` (the engine object the entry point returns),
 ``devices`` (multidev's devices as JAX devices, the mesh, virtual CPU
-devices), ``model`` (ResNet-18 and LeNet under the canonical names),
+devices), ``model`` (any ``multidev.nn`` definition under the canonical names),
 ``batchnorm`` (the contract's BatchNorm, local or sync), ``parallel`` (the
 replicas: place, step, state), ``optimizers`` (the core's optimizers as optax
 transformations, their state in canonical names) and ``distributed`` (one

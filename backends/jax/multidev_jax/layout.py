@@ -4,6 +4,8 @@ The core's layout is OIHW convolutions and (out, in) dense weights; Flax
 wants HWIO kernels and (in, out) dense kernels under ``params``, and keeps
 running statistics under ``batch_stats``. Module paths equal the canonical
 names, so only the leaf name and the axis order change; transposes are exact.
+Leaves keep their canonical names (the engine's BatchNorm writes ``gamma``,
+``running_mean``, ...) except kernels and Flax's own LayerNorm (``scale``, ``bias``).
 """
 
 from __future__ import annotations
@@ -14,21 +16,33 @@ import numpy as np
 from flax.traverse_util import flatten_dict, unflatten_dict
 
 from multidev.engine import ModelSpec, Param, State
+from multidev.nn.layers import LayerNorm
 
 Variables = dict[str, Any]  # {"params": nested dict, "batch_stats": nested dict}
 
 _TO_FLAX = {"conv": (2, 3, 1, 0), "dense": (1, 0)}    # OIHW -> HWIO, (out, in) -> (in, out)
 _FROM_FLAX = {"conv": (3, 2, 0, 1), "dense": (1, 0)}
+#: Flax's leaf names where a layer of Flax's own names its parameters otherwise
+_LEAVES: dict[type, dict[str, str]] = {LayerNorm: {"gamma": "scale", "beta": "bias"}}
 
 
 def collection(param: Param) -> str:
     return "params" if param.trainable else "batch_stats"
 
 
-def path(param: Param) -> tuple[str, ...]:
-    """Flax path of a canonical name: ``stage2.block1.conv1.weight`` -> ``(stage2, block1, conv1, kernel)``."""
+def path(param: Param, layer: type = object) -> tuple[str, ...]:
+    """Flax path of a canonical name: ``stage2.block1.conv1.weight`` -> ``(stage2, block1, conv1, kernel)``.
+
+    ``layer``: the class (of ``multidev.nn``) of the node that holds the parameter.
+    """
     *modules, leaf = param.name.split(".")
-    return (*modules, "kernel" if param.role in _TO_FLAX else leaf)
+    return (*modules, "kernel" if param.role in _TO_FLAX else _LEAVES.get(layer, {}).get(leaf, leaf))
+
+
+def paths(spec: ModelSpec) -> dict[str, tuple[str, ...]]:
+    """Every canonical name's Flax path."""
+    layers = {node.name: type(node.layer) for node in spec.graph.nodes}
+    return {p.name: path(p, layers.get(p.name.rpartition(".")[0], object)) for p in spec.params()}
 
 
 def to_flax(spec: ModelSpec, state: State, dtype=np.float32, trainable_only: bool = False) -> Variables:
@@ -37,13 +51,14 @@ def to_flax(spec: ModelSpec, state: State, dtype=np.float32, trainable_only: boo
     ``trainable_only``: ``state`` holds parameter-shaped arrays alone (an optimizer slot), given under ``params``.
     """
     flat: dict[str, dict[tuple[str, ...], np.ndarray]] = {"params": {}, "batch_stats": {}}
+    where = paths(spec)
     for p in spec.params():
         if trainable_only and not p.trainable:
             continue
         value = np.asarray(state[p.name], dtype)
         if p.role in _TO_FLAX:
             value = value.transpose(_TO_FLAX[p.role])
-        flat[collection(p)][path(p)] = np.ascontiguousarray(value)
+        flat[collection(p)][where[p.name]] = np.ascontiguousarray(value)
     return {name: unflatten_dict(tree) for name, tree in flat.items()}
 
 
@@ -51,10 +66,11 @@ def from_flax(spec: ModelSpec, variables: Mapping[str, Any], trainable_only: boo
     """Flax variables (or gradients, under ``params``) -> canonical state, in spec order."""
     flat = {name: flatten_dict(dict(tree)) if tree else {} for name, tree in variables.items()}
     state: State = {}
+    where = paths(spec)
     for p in spec.params():
         if trainable_only and not p.trainable:
             continue
-        value = np.asarray(flat[collection(p)][path(p)])
+        value = np.asarray(flat[collection(p)][where[p.name]])
         if p.role in _FROM_FLAX:
             value = value.transpose(_FROM_FLAX[p.role])
         state[p.name] = np.ascontiguousarray(value)

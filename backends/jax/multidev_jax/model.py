@@ -1,23 +1,30 @@
-"""The book's small-image ResNet-18 and LeNet in Flax, with the core's canonical names.
+"""Any model definition (``spec.graph``) in Flax, with the core's canonical names.
 
-Module paths equal the canonical names (``stage2.block1.conv1``), so
+Every node becomes Flax's own layer (``nn.Conv``, ``nn.Dense``,
+``nn.LayerNorm``, ``nn.max_pool``, ...) or the engine's BatchNorm, and module
+paths equal the canonical names, one nested module per dotted scope
+(``stage2.block1.conv1`` is ``stage2`` / ``block1`` / ``conv1``), so
 :mod:`.layout` only renames leaves and reorders axes. Images arrive NCHW (the
-canonical layout) and are turned NHWC inside, where XLA's convolutions want
-them; LeNet turns back to NCHW before flattening so its dense weight keeps
-the canonical C, H, W feature order.
+canonical layout) and are turned NHWC once, at the input, where XLA's
+convolutions want them; Flatten turns them back to NCHW so that a dense
+weight after it keeps the canonical C, H, W feature order, and Dropout's
+masks, drawn by the core in NCHW, are turned like the images.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from functools import partial, reduce
+from typing import Any, Callable, Mapping, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from multidev.engine import Block, ModelSpec, resnet18_blocks
+from multidev.engine import LN_EPS, ModelSpec, MultidevError
+from multidev.nn import layers as md
+from multidev.nn.graph import Graph, NodeSpec
 
 from .batchnorm import BatchNorm
 from .conv import conv_general_dilated
@@ -26,6 +33,10 @@ from .conv import conv_general_dilated
 PRECISION = lax.Precision.HIGHEST
 #: TF32 matrix multiplies ("tensorfloat32" is HIGH), only where the user opts in on a GPU
 TF32 = lax.Precision.HIGH
+
+#: what a training step of a model with Dropout without the core's masks raises
+MISSING_MASKS = ("the batch has no Dropout masks: the core draws them for every training step "
+                 "(Shards.masks, multidev.rules.dropout); cut training batches with the core's masks")
 
 
 @dataclass(frozen=True)
@@ -54,85 +65,141 @@ def conv(features: int, size: int, name: str, compute: Compute, stride: int = 1,
                    conv_general_dilated=conv_general_dilated if compute.cpu else None)
 
 
-def dense(features: int, name: str, compute: Compute) -> nn.Dense:
-    return nn.Dense(features, dtype=compute.dtype, precision=compute.precision, name=name)
+def dense(features: int, name: str, compute: Compute, bias: bool = True) -> nn.Dense:
+    return nn.Dense(features, use_bias=bias, dtype=compute.dtype, precision=compute.precision, name=name)
 
 
-class ConvBN(nn.Module):
-    """The stem: 3x3 convolution, BatchNorm, ReLU."""
-
-    features: int
-    sync: bool
-    compute: Compute
-
-    @nn.compact
-    def __call__(self, x: jax.Array, mask: Optional[jax.Array]) -> jax.Array:
-        x = conv(self.features, 3, "conv", self.compute, padding=1, bias=False)(x)
-        return nn.relu(BatchNorm(self.sync, name="bn")(x, mask))
+def nhwc(a: jax.Array) -> jax.Array:
+    """Images NCHW -> NHWC (the engine's layout inside); feature vectors as they are."""
+    return jnp.transpose(a, (0, 2, 3, 1)) if a.ndim == 4 else a
 
 
-class Residual(nn.Module):
-    block: Block
-    sync: bool
-    compute: Compute
+class Scope(nn.Module):
+    """One dotted part of the canonical names, so that Flax's paths nest as the names do.
+
+    Called once per layer below it, with the rest of the layer's path and
+    ``make``, which creates and applies the layer under the name it is given.
+    """
 
     @nn.compact
-    def __call__(self, x: jax.Array, mask: Optional[jax.Array]) -> jax.Array:
-        b = self.block
-        y = conv(b.out_channels, 3, "conv1", self.compute, stride=b.stride, padding=1, bias=False)(x)
-        y = nn.relu(BatchNorm(self.sync, name="bn1")(y, mask))
-        y = conv(b.out_channels, 3, "conv2", self.compute, padding=1, bias=False)(y)
-        y = BatchNorm(self.sync, name="bn2")(y, mask)
-        skip = conv(b.out_channels, 1, "proj", self.compute, stride=b.stride)(x) if b.projection else x
-        return nn.relu(y + skip)
+    def __call__(self, path: tuple[str, ...], make: Callable[[str], jax.Array]) -> jax.Array:
+        if len(path) == 1:
+            return make(path[0])
+        return Scope(name=path[0])(path[1:], make)
 
 
-class Stage(nn.Module):
-    """One stage's blocks, so that the parameter paths read ``stageN.blockM``."""
+@dataclass
+class _Pass:
+    """What the nodes of one forward pass share: the settings, the rows' masks, the scopes made so far."""
 
-    blocks: tuple[Block, ...]
     sync: bool
     compute: Compute
+    mask: Optional[jax.Array]                  # real rows (training), None in inference
+    drops: Optional[Mapping[str, jax.Array]]   # Dropout node -> multipliers, NCHW as the core drew them
+    scopes: dict[str, Scope] = field(default_factory=dict)
 
-    @nn.compact
-    def __call__(self, x: jax.Array, mask: Optional[jax.Array]) -> jax.Array:
-        for blk in self.blocks:
-            x = Residual(blk, self.sync, self.compute, name=blk.prefix.split(".")[1])(x, mask)
+    def scoped(self, name: str, make: Callable[[str], jax.Array]) -> jax.Array:
+        """``make`` under the canonical ``name``: inside its scope modules, each made once per pass."""
+        head, *rest = name.split(".")
+        if not rest:
+            return make(head)
+        if head not in self.scopes:
+            self.scopes[head] = Scope(name=head)
+        return self.scopes[head](tuple(rest), make)
+
+
+def _conv(layer: md.Conv2d, x: jax.Array, run: _Pass, name: str) -> jax.Array:
+    return conv(layer.out_channels, layer.kernel_size, name, run.compute, layer.stride, layer.padding,
+                layer.bias)(x)
+
+
+def _dense(layer: md.Dense, x: jax.Array, run: _Pass, name: str) -> jax.Array:
+    return dense(layer.out_features, name, run.compute, layer.bias)(x)
+
+
+def _batchnorm(layer: md.BatchNorm, x: jax.Array, run: _Pass, name: str) -> jax.Array:
+    return BatchNorm(run.sync, name=name)(x, run.mask)
+
+
+def _layernorm(layer: md.LayerNorm, x: jax.Array, run: _Pass, name: str) -> jax.Array:
+    """Flax's LayerNorm over every axis but the batch, gamma and beta per channel (the last axis, NHWC)."""
+    return nn.LayerNorm(LN_EPS, dtype=x.dtype, reduction_axes=tuple(range(1, x.ndim)), feature_axes=-1,
+                        use_fast_variance=False, name=name)(x)
+
+
+#: layers with parameters: (layer, input, pass, leaf module name) -> output
+_WITH_PARAMS: dict[type, Callable[..., jax.Array]] = {
+    md.Conv2d: _conv, md.Dense: _dense, md.BatchNorm: _batchnorm, md.LayerNorm: _layernorm}
+
+_ACTIVATIONS: dict[type, Callable[[jax.Array], jax.Array]] = {
+    md.ReLU: nn.relu, md.GELU: partial(nn.gelu, approximate=False), md.Tanh: jnp.tanh, md.Sigmoid: nn.sigmoid}
+
+
+def _pool(layer: md.MaxPool2d, x: jax.Array) -> jax.Array:
+    pool = nn.avg_pool if isinstance(layer, md.AvgPool2d) else nn.max_pool
+    k, s = layer.kernel_size, layer.step
+    return pool(x, (k, k), strides=(s, s), padding="VALID")
+
+
+def _flatten(x: jax.Array) -> jax.Array:
+    """C, H, W order (canonical): NHWC images go back to NCHW before the reshape."""
+    return jnp.transpose(x, (0, 3, 1, 2)).reshape(x.shape[0], -1) if x.ndim == 4 else x
+
+
+def _dropout(node: NodeSpec, x: jax.Array, run: _Pass) -> jax.Array:
+    """x times the core's multipliers in training (in x's dtype after the product), the identity in inference."""
+    if run.mask is None:
         return x
+    if run.drops is None or node.name not in run.drops:
+        raise MultidevError(MISSING_MASKS)
+    return (x * nhwc(run.drops[node.name])).astype(x.dtype)
 
 
-class ResNet18(nn.Module):
-    num_classes: int
+def _node(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:
+    """One node's output from its inputs' (NHWC images or (N, F) features)."""
+    layer, kind, x = node.layer, type(node.layer), xs[0]
+    if kind in _WITH_PARAMS:
+        return run.scoped(node.name, partial(_WITH_PARAMS[kind], layer, x, run))
+    if kind in _ACTIVATIONS:
+        return _ACTIVATIONS[kind](x)
+    if kind in (md.MaxPool2d, md.AvgPool2d):
+        return _pool(layer, x)
+    if kind is md.GlobalAvgPool:
+        return x.mean(axis=(1, 2))
+    if kind is md.Flatten:
+        return _flatten(x)
+    if kind is md.Dropout:
+        return _dropout(node, x, run)
+    if kind is md.Add:
+        return reduce(lambda a, b: a + b, xs)  # left to right, as the reference
+    if kind is md.Concat:
+        return jnp.concatenate(xs, axis=-1)  # channels: the last axis in NHWC
+    raise MultidevError(f"the JAX engine cannot build {kind.__name__} (node {node.name!r}): upgrade multidev-jax")
+
+
+class Network(nn.Module):
+    """A model definition run node by node.
+
+    Call with ``mask`` (bool per row: the shard's real rows) and ``drops``
+    (Dropout node -> the core's multipliers for these rows, NCHW) in
+    training; with ``mask`` None in inference (BatchNorm's running
+    statistics, no Dropout). Training runs inside ``shard_map`` (BatchNorm).
+    """
+
+    graph: Graph
     sync: bool = False
     compute: Compute = Compute()
 
     @nn.compact
-    def __call__(self, x: jax.Array, mask: Optional[jax.Array] = None) -> jax.Array:
-        x = ConvBN(64, self.sync, self.compute, name="stem")(jnp.transpose(x, (0, 2, 3, 1)), mask)
-        stages: dict[str, list[Block]] = {}
-        for blk in resnet18_blocks():
-            stages.setdefault(blk.prefix.split(".")[0], []).append(blk)
-        for name, blocks in stages.items():
-            x = Stage(tuple(blocks), self.sync, self.compute, name=name)(x, mask)
-        return self.compute.logits(dense(self.num_classes, "fc", self.compute)(x.mean(axis=(1, 2))))
-
-
-class LeNet(nn.Module):
-    num_classes: int
-    sync: bool = False  # no BatchNorm: accepted for a uniform signature
-    compute: Compute = Compute()
-
-    @nn.compact
-    def __call__(self, x: jax.Array, mask: Optional[jax.Array] = None) -> jax.Array:
-        x = jnp.transpose(x, (0, 2, 3, 1))
-        x = nn.avg_pool(nn.relu(conv(20, 3, "conv1", self.compute)(x)), (2, 2), strides=(2, 2))
-        x = nn.avg_pool(nn.relu(conv(50, 5, "conv2", self.compute)(x)), (2, 2), strides=(2, 2))
-        x = jnp.transpose(x, (0, 3, 1, 2)).reshape(x.shape[0], -1)  # canonical C, H, W order
-        x = nn.relu(dense(128, "fc1", self.compute)(x))
-        return self.compute.logits(dense(self.num_classes, "fc2", self.compute)(x))
+    def __call__(self, x: jax.Array, mask: Optional[jax.Array] = None,
+                 drops: Optional[Mapping[str, jax.Array]] = None) -> jax.Array:
+        run = _Pass(self.sync, self.compute, mask, drops)
+        values = {"input": nhwc(x)}  # the one transpose in: NHWC from here on
+        for node in self.graph.nodes:
+            values[node.name] = _node(node, [values[i] for i in node.inputs], run)
+        return self.compute.logits(values[self.graph.nodes[-1].name])
 
 
 def build(spec: ModelSpec, sync: bool, compute: Compute = Compute()) -> nn.Module:
-    """The network for ``spec``; ``compute.cpu`` picks the CPU-friendly convolution for tiny outputs."""
-    cls = ResNet18 if spec.name == "resnet18" else LeNet
-    return cls(spec.num_classes, sync, compute)
+    """The network of ``spec.graph``; ``compute.cpu`` picks the CPU-friendly convolution for tiny outputs."""
+    return Network(spec.graph, sync, compute)

@@ -7,13 +7,15 @@ every device's shard is padded to a common length (a multiple of
 :mod:`.steps`). Parameters, optimizer state and running statistics are
 replicated arrays: each device holds its own copy, as is the gradient sum of
 an accumulated update (one gradient-sized tree, made at the first micro-batch).
+Dropout's multipliers, drawn by the core for each training batch, travel
+with the images: padded and sharded alike, one array per Dropout node.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any, Hashable, Optional, Sequence
 
 import jax
 import numpy as np
@@ -26,6 +28,7 @@ from . import optimizers
 from .compiled import Compiler
 from .devices import AXIS, job_devices, mesh
 from .layout import from_flax, to_flax
+from .model import MISSING_MASKS
 from .steps import steps
 
 #: Shard length is rounded up to a multiple of this. Ragged last batches and evaluation batches then
@@ -40,6 +43,9 @@ class Batch:
     """A minibatch on the mesh: device i holds rows ``[i * length, i * length + sizes[i])`` of ``x``, then padding."""
 
     x: jax.Array          # (k * length, C, H, W) float32, canonical NCHW; k: every device of the job
+    #: Dropout node -> (k * length, *its input's shape) multipliers, NCHW, zeros for padding; {} for a model
+    #: without Dropout, None where the core drew no masks (evaluation, prediction)
+    drops: Optional[dict[str, jax.Array]]
     y: jax.Array          # (k * length,) int32; zeros for padding and unlabelled batches
     device_sizes: jax.Array  # (k,) int32: each device reads its own true size
     sizes: tuple[int, ...]   # this process's devices
@@ -83,6 +89,7 @@ class JaxReplicas(ReplicaStates):
         self._replicated = NamedSharding(self.mesh, P())
         self._sharded = NamedSharding(self.mesh, P(AXIS))
         self._device_sizes: dict[tuple[int, ...], jax.Array] = {}
+        self._dropouts = self.spec.dropouts()  # (node, rate, one sample's shape): where masks are needed
         self._sum: Any = None  # the gradient summed over an update's micro-batches so far (None: never accumulated)
         self.load_state(state)
         self.load_optimizer_state(setup.optimizer.init_state(self.spec, self.dtype))
@@ -113,6 +120,25 @@ class JaxReplicas(ReplicaStates):
             return jax.device_put(local, self._sharded)
         return jax.make_array_from_process_local_data(self._sharded, local, (rows, *local.shape[1:]))
 
+    def _rows(self, parts: Sequence[np.ndarray], sizes: Sequence[int], length: int, shape: tuple[int, ...],
+              dtype: Any) -> np.ndarray:
+        """This process's devices' parts, device i's at rows ``[i * length, i * length + n_i)``, zeros after them."""
+        if all(n == length for n in sizes):  # even shards: no padding
+            return np.concatenate(parts, dtype=dtype)
+        out = np.zeros((len(sizes) * length, *shape), dtype)
+        for i, n in enumerate(sizes):
+            out[i * length:i * length + n] = parts[i]
+        return out
+
+    def _drops(self, shards: Shards, length: int) -> Optional[dict[str, np.ndarray]]:
+        """Each Dropout node's multipliers, padded as the images are ({} without Dropout; None: none drawn)."""
+        if not self._dropouts:
+            return {}
+        if shards.masks is None:
+            return None
+        return {node: self._rows(shards.masks[node], shards.sizes, length, shape, self.dtype)
+                for node, _, shape in self._dropouts}
+
     @scoped
     def place(self, shards: Shards) -> Batch:
         sizes, k = shards.sizes, len(self._local)
@@ -120,21 +146,17 @@ class JaxReplicas(ReplicaStates):
         if len(sizes) != k or len(every) != len(self._places):
             raise MultidevError(f"{len(sizes)} shards for {k} devices: cut the batch with multidev.shard_sizes")
         length = -(-max(1, *every) // ALIGN) * ALIGN  # one shard length over the job: one compiled program
-        if all(n == length for n in sizes):  # even shards: no padding
-            images = np.concatenate(shards.x, dtype=self.dtype)
-            labels = np.zeros(k * length, np.int32) if shards.y is None else np.concatenate(shards.y, dtype=np.int32)
-        else:
-            images = np.zeros((k * length, *self.spec.in_shape), self.dtype)
-            labels = np.zeros(k * length, np.int32)
-            for i, n in enumerate(sizes):
-                images[i * length:i * length + n] = shards.x[i]
-                if shards.y is not None:
-                    labels[i * length:i * length + n] = shards.y[i]
+        images = self._rows(shards.x, sizes, length, self.spec.in_shape, self.dtype)
+        labels = np.zeros(k * length, np.int32) if shards.y is None else \
+            self._rows(shards.y, sizes, length, (), np.int32)
+        drops = self._drops(shards, length)
         if every not in self._device_sizes:  # an epoch has two or three distinct splits: place each once
             self._device_sizes[every] = self._global(np.asarray(sizes, np.int32), len(every))
-        images, labels = self._global(images, len(every) * length), self._global(labels, len(every) * length)
-        return Batch(images, labels, self._device_sizes[every], sizes, length, shards.y is not None, sum(every),
-                     shards.batch)
+        rows = len(every) * length
+        if drops is not None:
+            drops = {node: self._global(mask, rows) for node, mask in drops.items()}
+        return Batch(self._global(images, rows), drops, self._global(labels, rows), self._device_sizes[every], sizes,
+                     length, shards.y is not None, sum(every), shards.batch)
 
     def _held(self, array: jax.Array, batch: Batch) -> list[np.ndarray]:
         """This process's devices' rows of a batch-sharded array, padding cut off."""
@@ -146,17 +168,26 @@ class JaxReplicas(ReplicaStates):
         return self._held(batch.x, batch)
 
     # Steps -----------------------------------------------------------------
+    @staticmethod
+    def _dropped(batch: Batch) -> dict[str, jax.Array]:
+        """The batch's Dropout multipliers for a training pass: a model with Dropout cannot train without them."""
+        if batch.drops is None:
+            raise MultidevError(MISSING_MASKS)
+        return batch.drops
+
     @scoped
     def train_step(self, batch: Batch, lr: float, *, update: bool = True) -> StepStats:
         rate, whole = self.dtype.type(lr), self.dtype.type(batch.whole)  # inputs of the step: no recompile
+        drops = self._dropped(batch)
         if update and self._sum is None:
-            args = (self._params, self._opt_state, self._stats, batch.x, batch.y, batch.device_sizes, rate, whole)
+            args = (self._params, self._opt_state, self._stats, batch.x, drops, batch.y, batch.device_sizes, rate,
+                    whole)
             self._params, self._opt_state, self._stats, *sums = self._compiled("train", batch, *args)(*args)
         else:
             if self._sum is None:  # the first micro-batch: zeros, reused by every later update of the run
                 self._sum = self._replicate(jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), self._params))
-            args = (self._params, self._opt_state, self._stats, self._sum, batch.x, batch.y, batch.device_sizes,
-                    rate, whole, np.bool_(update))
+            args = (self._params, self._opt_state, self._stats, self._sum, batch.x, drops, batch.y,
+                    batch.device_sizes, rate, whole, np.bool_(update))
             self._params, self._opt_state, self._stats, self._sum, *sums = \
                 self._compiled("accumulate", batch, *args)(*args)
         loss_sum, correct = jax.device_get(sums)  # one wait, one transfer
@@ -166,7 +197,8 @@ class JaxReplicas(ReplicaStates):
 
     @scoped
     def gradients(self, batch: Batch) -> State:
-        args = (self._params, self._stats, batch.x, batch.y, batch.device_sizes, self.dtype.type(batch.whole))
+        args = (self._params, self._stats, batch.x, self._dropped(batch), batch.y, batch.device_sizes,
+                self.dtype.type(batch.whole))
         grads = self._compiled("gradients", batch, *args)(*args)
         return from_flax(self.spec, {"params": self._on(grads, self._local[0])}, trainable_only=True)
 

@@ -10,7 +10,8 @@ JAX emit the cross-device sum of the shards' gradients (the transpose of a
 replicated input is a psum): the AllReduce of contract: Loss, gradients and the update, with no hand-written
 communication. BatchNorm, whose backward pass is written out, sums its scale's and shift's gradients over the
 mesh itself (batchnorm.py). The optimizer's update (:mod:`.optimizers`) then runs replicated, identically on
-every device.
+every device. Dropout's multipliers (``drops``: node -> the core's masks, padded and sharded like ``x``) are a
+part of the batch: a dict of arrays, empty for a model without Dropout.
 """
 
 from __future__ import annotations
@@ -42,12 +43,12 @@ class Steps:
     ``whole`` is B, the rows of the whole update, in the parameters' dtype.
     """
 
-    #: (params, opt_state, stats, x, y, sizes, lr, whole) -> (params, opt_state, stats, loss_sum, correct)
+    #: (params, opt_state, stats, x, drops, y, sizes, lr, whole) -> (params, opt_state, stats, loss_sum, correct)
     train: Callable[..., Any]
-    #: (params, opt_state, stats, held, x, y, sizes, lr, whole, update) -> (params, opt_state, stats, held,
+    #: (params, opt_state, stats, held, x, drops, y, sizes, lr, whole, update) -> (params, opt_state, stats, held,
     #: loss_sum, correct): adds the gradient to ``held``; with ``update`` applies the sum and returns zeros
     accumulate: Callable[..., Any]
-    #: (params, stats, x, y, sizes, whole) -> gradient of the mean loss (running statistics untouched)
+    #: (params, stats, x, drops, y, sizes, whole) -> gradient of the mean loss (running statistics untouched)
     gradients: Callable[..., Any]
     #: (params, stats, x, y, sizes) -> (logits, loss_sum, correct, count), inference mode
     evaluate: Callable[..., Any]
@@ -81,17 +82,17 @@ def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimi
     model = build(spec, sync, compute(mesh, precision, tf32))
     opt = transformation(optimizer)
 
-    def shard_forward(params, stats, x, y, size):
+    def shard_forward(params, stats, x, drops, y, size):
         mask = jnp.arange(x.shape[0]) < size[0]
-        logits, updates = model.apply(_variables(params, stats), x, mask, mutable=["batch_stats"])
+        logits, updates = model.apply(_variables(params, stats), x, mask, drops, mutable=["batch_stats"])
         loss_sum, correct = _sums(logits, y, mask)
         return loss_sum, correct, updates.get("batch_stats", stats)
 
-    forward = jax.shard_map(shard_forward, mesh=mesh, in_specs=(REPLICATED, REPLICATED, SHARDED, SHARDED, SHARDED),
+    forward = jax.shard_map(shard_forward, mesh=mesh, in_specs=(REPLICATED, REPLICATED) + (SHARDED,) * 4,
                             out_specs=(REPLICATED,) * 3)
 
-    def mean_loss(params, stats, x, y, sizes, whole):
-        loss_sum, correct, new_stats = forward(params, stats, x, y, sizes)
+    def mean_loss(params, stats, x, drops, y, sizes, whole):
+        loss_sum, correct, new_stats = forward(params, stats, x, drops, y, sizes)
         return loss_sum / whole, (loss_sum, correct, new_stats)
 
     grad = jax.grad(mean_loss, has_aux=True)
@@ -100,20 +101,20 @@ def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimi
         updates, opt_state = opt.update(grads, optax.tree.set(opt_state, learning_rate=lr), params)
         return optax.apply_updates(params, updates), opt_state
 
-    def train(params, opt_state, stats, x, y, sizes, lr, whole):
-        grads, (loss_sum, correct, new_stats) = grad(params, stats, x, y, sizes, whole)
+    def train(params, opt_state, stats, x, drops, y, sizes, lr, whole):
+        grads, (loss_sum, correct, new_stats) = grad(params, stats, x, drops, y, sizes, whole)
         return *apply(params, opt_state, grads, lr), new_stats, loss_sum, correct
 
-    def accumulate(params, opt_state, stats, held, x, y, sizes, lr, whole, update):
-        grads, (loss_sum, correct, new_stats) = grad(params, stats, x, y, sizes, whole)
+    def accumulate(params, opt_state, stats, held, x, drops, y, sizes, lr, whole, update):
+        grads, (loss_sum, correct, new_stats) = grad(params, stats, x, drops, y, sizes, whole)
         held = optax.tree.add(held, grads)
         params, opt_state, held = lax.cond(
             update, lambda: (*apply(params, opt_state, held, lr), optax.tree.zeros_like(held)),
             lambda: (params, opt_state, held))
         return params, opt_state, new_stats, held, loss_sum, correct
 
-    def gradients(params, stats, x, y, sizes, whole):
-        return grad(params, stats, x, y, sizes, whole)[0]
+    def gradients(params, stats, x, drops, y, sizes, whole):
+        return grad(params, stats, x, drops, y, sizes, whole)[0]
 
     def shard_evaluate(params, stats, x, y, size):
         mask = jnp.arange(x.shape[0]) < size[0]
