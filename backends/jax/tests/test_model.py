@@ -1,0 +1,128 @@
+"""A user's own definition built by the JAX engine: float64 logits and gradients equal the NumPy truth.
+
+The definition uses every kind of layer the model language has, in the
+functional form, with nested scopes (dotted canonical names), residual blocks,
+a channel Concat, LayerNorm on images and on features, and two Dropouts whose
+masks come from the core, on uneven and padded shards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import multidev
+from multidev import ModelSpec, MultidevError, load_backend, nn, reference, resolve_devices, shard_sizes
+from multidev.rules.dropout import multipliers
+from multidev.rules.split import split
+from multidev.testing._helpers import max_rel_error
+
+CLASSES, BATCH = 5, 7
+
+
+def definition() -> nn.Model:
+    x = nn.Input()
+    h = nn.ReLU()(nn.BatchNorm()(nn.Conv2d(8, 3, padding=1, bias=False)(x)))
+    body = nn.Residual(nn.Conv2d(8, 3, padding=1, bias=False), nn.BatchNorm(), nn.ReLU(), nn.Conv2d(8, 3, padding=1),
+                       name="block1")
+    h = nn.ReLU()(nn.Sequential(body, name="stage1")(h))          # stage1.block1.conv1 ...
+    h = nn.MaxPool2d(2)(nn.Conv2d(8, 3, padding=1)(h))            # 12x12 -> 6x6
+    wide = nn.GELU()(nn.Conv2d(4, 3, padding=1)(h))
+    h = nn.LayerNorm()(nn.Concat()(nn.Conv2d(6, 1)(h), wide))      # 10 channels, normalised per sample
+    down = nn.Tanh()(nn.Conv2d(12, 3, stride=2, padding=1)(h))     # 6x6 -> 3x3
+    h = nn.Add()(down, nn.Conv2d(12, 1, stride=2, name="proj")(h))
+    h = nn.AvgPool2d(2, stride=1)(nn.Dropout(0.25)(h))             # 3x3 -> 2x2
+    f = nn.Concat()(nn.Flatten()(h), nn.GlobalAvgPool()(h))        # 48 + 12 features
+    f = nn.Dropout(0.5)(nn.Sigmoid()(nn.LayerNorm()(nn.Dense(16)(f))))
+    return nn.Model(x, nn.Dense()(f))
+
+
+SPEC = ModelSpec("mine", (3, 12, 12), CLASSES, definition().graph())
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return load_backend("jax")
+
+
+def make(engine, k: int, batchnorm: str = "local", dtype: str = "float64"):
+    devices = resolve_devices(devices=k, max_cpu=engine.max_cpu_devices())
+    return multidev.replicate(engine, multidev.Setup(SPEC, devices, batchnorm=batchnorm, dtype=dtype), STATE)
+
+
+def _state() -> dict[str, np.ndarray]:
+    """The seed's weights, with running statistics and norm scales moved off their initial 0 and 1."""
+    rng = np.random.default_rng(1)
+    state = SPEC.init(0)
+    for p in SPEC.params():
+        if p.role in ("mean", "gamma", "beta"):
+            state[p.name] = rng.normal(0.0, 0.5, p.shape).astype(np.float32) + (p.role == "gamma")
+        elif p.role == "var":
+            state[p.name] = rng.uniform(0.5, 2.0, p.shape).astype(np.float32)
+    return state
+
+
+STATE = _state()
+RNG = np.random.default_rng(2)
+X, Y = RNG.normal(0, 1, (BATCH, *SPEC.in_shape)), RNG.integers(0, CLASSES, BATCH)
+
+
+def masks(dtype=np.float64) -> dict[str, np.ndarray]:
+    """The whole batch's Dropout multipliers, as the core draws them."""
+    return {node: multipliers(0, 0, 0, node, p, shape, np.arange(BATCH), dtype) for node, p, shape in SPEC.dropouts()}
+
+
+def training(sizes, dtype=np.float64) -> multidev.Shards:
+    """The batch cut by ``sizes``, each device's rows of the masks with it (as the core's loop hands them)."""
+    whole = masks(dtype)
+    return replace(multidev.cut(X, Y, sizes), masks={node: tuple(split(m, sizes)) for node, m in whole.items()})
+
+
+def test_the_definition_uses_every_layer():
+    kinds = {type(node.layer).__name__ for node in SPEC.graph.nodes}
+    assert kinds == set(nn.layers.LAYERS), set(nn.layers.LAYERS) - kinds
+    assert "stage1.block1.conv1.weight" in SPEC.trainable() and len(SPEC.dropouts()) == 2
+
+
+def test_state_round_trips_exactly(engine):
+    state = make(engine, 1).state()
+    assert all(np.array_equal(state[name], STATE[name]) for name in STATE)
+
+
+def test_logits_are_the_float64_truth(engine):
+    reps = make(engine, 2)
+    got = reps.predict(reps.place(multidev.cut(X, None, shard_sizes(BATCH, 2))))
+    assert max_rel_error(got, reference.predict(SPEC, STATE, X)) < 1e-10
+
+
+@pytest.mark.parametrize("k, batchnorm", [(1, "local"), (2, "local"), (3, "sync")])
+def test_gradients_are_the_float64_truth(engine, k, batchnorm):
+    sizes = shard_sizes(BATCH, k)  # 7 rows: padded to 8 on one device, uneven on 2 and 3
+    reps = make(engine, k, batchnorm)
+    got = reps.gradients(reps.place(training(sizes)))
+    want = reference.gradients(SPEC, STATE, X, Y, sizes, batchnorm, masks=masks())
+    errors = {name: max_rel_error(got[name], want[name]) for name in SPEC.trainable()}
+    worst = max(errors, key=errors.get)
+    assert errors[worst] < 1e-9, f"{worst} differs by {errors[worst]:.2e} on {k} device(s), cut {sizes}"
+
+
+def test_a_training_step_is_the_float64_truth(engine):
+    sizes = shard_sizes(BATCH, 2)
+    reps = make(engine, 2)
+    reps.train_step(reps.place(training(sizes)), lr=0.1)
+    want = reference.sgd_step(SPEC, STATE, X, Y, 0.1, sizes, masks=masks())
+    got = reps.state()
+    errors = {name: max_rel_error(got[name], want[name]) for name in want}
+    worst = max(errors, key=errors.get)
+    assert errors[worst] < 1e-9, f"{worst} differs by {errors[worst]:.2e}"
+
+
+def test_training_without_the_cores_masks_is_one_line(engine):
+    reps = make(engine, 2, dtype="float32")
+    batch = reps.place(multidev.cut(X, Y, shard_sizes(BATCH, 2)))
+    for step in (lambda: reps.train_step(batch, lr=0.1), lambda: reps.gradients(batch)):
+        with pytest.raises(MultidevError, match="no Dropout masks") as caught:
+            step()
+        assert "\n" not in str(caught.value)
