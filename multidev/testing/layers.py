@@ -145,8 +145,8 @@ class LayerChecks(EngineFixtures):
     def test_each_layer_alone_equals_float64_truth(self, engine, case):
         build, shape = LAYER_CASES[case]
         spec = ModelSpec(case, shape, 3, build().graph())
-        for k in sorted({1, max(self.counts(engine))} & {1, 2}):
-            self._judge(engine, spec, k, f"layer {case} alone")
+        k = 2 if 2 in self.counts(engine) else 1  # uneven shards (4, 3): the layer on the core's cut
+        self._judge(engine, spec, k, f"layer {case} alone")
 
     @pytest.mark.parametrize("seed", RANDOM_SEEDS)
     def test_random_compositions_equal_float64_truth(self, engine, seed):
