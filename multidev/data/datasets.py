@@ -67,11 +67,15 @@ def fashion(data_dir: Optional[str | Path] = None, download: bool = True) -> Dat
     return Dataset("fashion-mnist", scale(x_tr), y_tr.astype(np.int64), scale(x_te), y_te.astype(np.int64), 10)
 
 
-def load_dataset(name: str, data_dir: Optional[str | Path] = None) -> Dataset:
+def load_dataset(name: str, data_dir: Optional[str | Path] = None, layout: str = "NCHW") -> Dataset:
+    """A data set by name, or the user's ``.npz`` file (images in ``layout``)."""
+    if name.endswith(".npz"):
+        from multidev.data.arrays import npz
+        return npz(name, layout)
     if name == "digits":
         return digits()
     if name == "synthetic":
         return synthetic()
     if name == "fashion-mnist":
         return fashion(data_dir)
-    raise MultidevError(f"unknown data set {name!r}: choose one of {', '.join(DATASETS)}")
+    raise MultidevError(f"unknown data set {name!r}: choose one of {', '.join(DATASETS)}, or give a .npz file")

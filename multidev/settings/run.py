@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from multidev.data import DATASETS, Dataset
+from multidev.data.arrays import LAYOUTS
 from multidev.errors import MultidevError
 from multidev.nn import sources
 from multidev.processes.launch import DEFAULT_MASTER, Launch
@@ -64,6 +66,17 @@ def _model(value: object) -> Any:
     return None if value is None else sources.check(value)
 
 
+def _dataset(value: object) -> Union[str, Dataset]:
+    if isinstance(value, Dataset) or value in DATASETS:
+        return value  # type: ignore[return-value]
+    if isinstance(value, (str, Path)) and str(value).endswith(".npz"):
+        if not Path(value).is_file():
+            raise MultidevError(f"data file {value} does not exist")
+        return str(value)
+    raise MultidevError(f"unknown data set {value!r}: give {', '.join(DATASETS)}, a .npz file, or (in Python) "
+                        f"multidev.data.arrays(...)")
+
+
 def _weights(value: object) -> Optional[tuple[float, ...]]:
     return None if value is None else tuple(float(w) for w in value)  # type: ignore[union-attr]
 
@@ -91,7 +104,10 @@ class Settings:
     model: Any = setting(None, "--model", "the network: resnet18 (the default; when resuming, the checkpoint's), "
                          "lenet, mlp, convnet, path/net.py:function, net.onnx or net.json (in Python also a "
                          "multidev.nn definition)", check=_model, text=sources.text)
-    dataset: Union[str, Dataset] = setting("digits", "--dataset", "the data set", choices=DATASETS)
+    dataset: Union[str, Dataset] = setting("digits", "--dataset", "the data set: digits, fashion-mnist, synthetic, "
+                                           "or a .npz file of x_train, y_train (x_test, y_test); in Python also "
+                                           "multidev.data.arrays(...)", check=_dataset)
+    layout: str = setting("NCHW", "--layout", "how a .npz file's images lie: NCHW or NHWC", choices=LAYOUTS)
     data_dir: Optional[str] = setting(None, "--data-dir",
                                       "where Fashion-MNIST is kept (default: ~/.cache/multidev/fashion-mnist)",
                                       check=_path, agree=False)

@@ -167,7 +167,7 @@ def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch =
                              max_cpu=engine.max_cpu_devices(), first_gpu=local_rank)
     if s.shard_weights is not None:
         shard_sizes(0, len(chosen) * job.group.size, s.shard_weights)  # validates the weights up front
-    data = s.dataset if isinstance(s.dataset, Dataset) else load_dataset(s.dataset, s.data_dir)
+    data = s.dataset if isinstance(s.dataset, Dataset) else load_dataset(s.dataset, s.data_dir, s.layout)
     spec = model_spec(s, data)
     start = resume_from(s, spec) if s.resume is not None else Start(spec.init(s.seed), s.seed)
     setup = Setup(spec, tuple(chosen), s.batchnorm, s.dtype, job.group, optimizer=s.recipe.optimizer,

@@ -76,8 +76,9 @@ BAD = {
                                           "path/net.py:function, net.onnx or net.json"),
     "missing model file": (["--model", "nowhere/net.py:build"], "model file nowhere/net.py does not exist: give "
                            "resnet18, lenet, mlp, convnet, path/net.py:function, net.onnx or net.json"),
-    "unknown data set": (["--dataset", "cifar"], "argument --dataset: invalid choice: 'cifar' (choose from 'digits', "
-                                                 "'fashion-mnist', 'synthetic') (see `multidev train --help`)"),
+    "unknown data set": (["--dataset", "cifar"], "unknown data set 'cifar': give digits, fashion-mnist, synthetic, "
+                                                 "a .npz file, or (in Python) multidev.data.arrays(...)"),
+    "missing data file": (["--dataset", "nowhere/set.npz"], "data file nowhere/set.npz does not exist"),
     "unknown engine": (["--backend", "nope"], re.compile(r"unknown backend 'nope': choose one of [a-z, ]*torch.*")),
     "unwritable output": (["--json", "/nonexistent-folder/out.json"],
                           "--json /nonexistent-folder/out.json: folder /nonexistent-folder does not exist or is not "

@@ -18,6 +18,7 @@ OFF_DEFAULT = {
     "gpus": {"gpus": 2},
     "model": {"model": "lenet"},
     "dataset": {"dataset": "synthetic"},
+    "layout": {"layout": "NHWC"},
     "data_dir": {"data_dir": "/data/fashion"},
     "epochs": {"epochs": 3},
     "batch_size": {"batch_size": 7},

@@ -1,0 +1,108 @@
+"""The user's own data as arrays, in memory or in a ``.npz`` file, checked once and put in the core's layout.
+
+Images come NCHW (the core's layout) or NHWC (``layout="NHWC"``), uint8
+(scaled to [0, 1]) or float; feature vectors come (N, F). Labels are whole
+numbers 0..C-1; the class count and input shape are read off the data.
+Without test arrays a seeded fraction of the training rows is held out, so
+every engine and run sees the same test set. Bad data is one line before
+anything trains.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+import numpy as np
+
+from multidev.data.datasets import Dataset
+from multidev.errors import MultidevError
+
+LAYOUTS = ("NCHW", "NHWC")
+
+
+def _images(x: np.ndarray, layout: str, what: str) -> np.ndarray:
+    if layout not in LAYOUTS:
+        raise MultidevError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if x.ndim == 2:
+        return x  # feature vectors (N, F)
+    if x.ndim != 4:
+        raise MultidevError(f"{what} has shape {x.shape}: give images (N, C, H, W) or (N, H, W, C) with "
+                            f"layout='NHWC', or feature vectors (N, F); add a channel axis to grayscale (N, H, W)")
+    return np.transpose(x, (0, 3, 1, 2)) if layout == "NHWC" else x
+
+
+def _values(x: object, layout: str, what: str) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype == np.uint8:
+        x = x.astype(np.float32) / np.float32(255)
+    elif np.issubdtype(x.dtype, np.number) and not np.issubdtype(x.dtype, np.complexfloating):
+        x = x.astype(np.float32)
+    else:
+        raise MultidevError(f"{what} holds {x.dtype} values: give uint8 images or float (or int) numbers")
+    if len(x) == 0:
+        raise MultidevError(f"{what} is empty: give at least one sample")
+    if not np.all(np.isfinite(x)):
+        raise MultidevError(f"{what} holds NaN or infinite values (first at row "
+                            f"{int(np.argwhere(~np.isfinite(x))[0][0])}): clean or drop those rows")
+    return np.ascontiguousarray(_images(x, layout, what))
+
+
+def _labels(y: object, rows: int, what: str) -> np.ndarray:
+    y = np.asarray(y)
+    if y.ndim != 1 or len(y) != rows:
+        raise MultidevError(f"{what} has shape {y.shape} for {rows} samples: give one whole-number label per sample")
+    if not np.issubdtype(y.dtype, np.integer):
+        raise MultidevError(f"{what} holds {y.dtype} values: labels must be whole numbers 0..C-1")
+    if len(y) and y.min() < 0:
+        raise MultidevError(f"{what} holds the label {int(y.min())}: labels must be whole numbers 0..C-1")
+    return y.astype(np.int64)
+
+
+def _held_out(x: np.ndarray, y: np.ndarray, fraction: float, seed: int):
+    if not 0 < fraction < 1:
+        raise MultidevError(f"the test fraction must be in (0, 1), got {fraction!r}")
+    order = np.random.default_rng(seed).permutation(len(x))
+    n_test = max(1, int(round(fraction * len(x))))
+    if n_test >= len(x):
+        raise MultidevError(f"{len(x)} training samples cannot spare a test set: give test arrays or more data")
+    test, train = np.sort(order[:n_test]), np.sort(order[n_test:])
+    return x[train], y[train], x[test], y[test]
+
+
+def arrays(x_train: object, y_train: object, x_test: object = None, y_test: object = None, *, layout: str = "NCHW",
+           name: str = "arrays", test_fraction: float = 0.2, seed: int = 0) -> Dataset:
+    """A data set from arrays; without ``x_test`` a seeded ``test_fraction`` of the rows is the test set."""
+    x = _values(x_train, layout, "x_train")
+    y = _labels(y_train, len(x), "y_train")
+    if (x_test is None) != (y_test is None):
+        raise MultidevError("give x_test and y_test together, or neither (a seeded fraction is then held out)")
+    if x_test is None:
+        x, y, xt, yt = _held_out(x, y, test_fraction, seed)
+    else:
+        xt = _values(x_test, layout, "x_test")
+        yt = _labels(y_test, len(xt), "y_test")
+        if xt.shape[1:] != x.shape[1:]:
+            raise MultidevError(f"x_test's samples are {xt.shape[1:]}, x_train's {x.shape[1:]}: give them one shape")
+    classes = int(max(y.max(), yt.max())) + 1
+    missing = sorted(set(range(classes)) - set(np.unique(y).tolist()))
+    if missing:
+        raise MultidevError(f"the training labels never hold class {missing[0]} of 0..{classes - 1}: labels must "
+                            f"number the classes 0..C-1 without gaps")
+    return Dataset(name, x, y, xt, yt, classes)
+
+
+def npz(path: str | Path, layout: str = "NCHW") -> Dataset:
+    """A data set from a ``.npz`` file holding ``x_train``, ``y_train`` and optionally ``x_test``, ``y_test``."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            found = {k: f[k] for k in f.files}
+    except FileNotFoundError:
+        raise MultidevError(f"data file {path} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise MultidevError(f"{path} is not a readable .npz file ({exc})") from None
+    lacking = [k for k in ("x_train", "y_train") if k not in found]
+    if lacking:
+        raise MultidevError(f"{path} holds {', '.join(sorted(found)) or 'nothing'}; it needs x_train and y_train "
+                            f"(and optionally x_test, y_test)")
+    return arrays(found["x_train"], found["y_train"], found.get("x_test"), found.get("y_test"), layout=layout,
+                  name=Path(path).stem)
+
