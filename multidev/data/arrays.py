@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 import numpy as np
 
-from multidev.data.datasets import Dataset
+from multidev.data.dataset import Dataset
 from multidev.errors import MultidevError
 
 LAYOUTS = ("NCHW", "NHWC")

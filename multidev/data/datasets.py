@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from multidev.data import fashion_mnist
+from multidev.data.arrays import npz
+from multidev.data.dataset import Dataset
 from multidev.errors import MultidevError
 
 DATASETS = ("digits", "fashion-mnist", "synthetic")
 
-
-@dataclass(frozen=True)
-class Dataset:
-    name: str
-    x_train: np.ndarray  # float32, N x C x H x W
-    y_train: np.ndarray  # int64, N
-    x_test: np.ndarray
-    y_test: np.ndarray
-    num_classes: int
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        return tuple(self.x_train.shape[1:])  # type: ignore[return-value]
+__all__ = ["DATASETS", "Dataset", "digits", "fashion", "load_dataset", "synthetic"]
 
 
 def digits(test_fraction: float = 0.2) -> Dataset:
@@ -70,7 +59,6 @@ def fashion(data_dir: Optional[str | Path] = None, download: bool = True) -> Dat
 def load_dataset(name: str, data_dir: Optional[str | Path] = None, layout: str = "NCHW") -> Dataset:
     """A data set by name, or the user's ``.npz`` file (images in ``layout``)."""
     if name.endswith(".npz"):
-        from multidev.data.arrays import npz
         return npz(name, layout)
     if name == "digits":
         return digits()
