@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 
 class MultidevError(Exception):
     """A mistake the user can fix; the command line prints it as one line, no traceback."""
@@ -9,3 +11,9 @@ class MultidevError(Exception):
 
 class BackendNotInstalled(MultidevError):
     """The engine is known but its package (or its framework) is missing."""
+
+
+def first_line(exc: BaseException, default: Optional[str] = None) -> str:
+    """The first line of ``exc``'s message, for a one-line error; ``default`` (else the type's name) if it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else (default or type(exc).__name__)

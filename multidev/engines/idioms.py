@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, ClassVar, Optional, Sequence
 
 import numpy as np
 
+from multidev.errors import first_line
 from multidev.rules.models import State
 from multidev.rules.split import Shards
 
@@ -38,12 +39,6 @@ def labels(shards: Shards) -> Sequence[Optional[np.ndarray]]:
 def predictions(parts: Sequence[np.ndarray], num_classes: int, dtype: np.dtype) -> np.ndarray:
     """The devices' logits, in device order and so in sample order; no rows at all: a ``(0, num_classes)`` array."""
     return np.concatenate(parts) if len(parts) else np.zeros((0, num_classes), dtype)
-
-
-def first_line(exc: BaseException, default: Optional[str] = None) -> str:
-    """The first line of ``exc``'s message, for a one-line error; ``default`` (else the type's name) if it has none."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else (default or type(exc).__name__)
 
 
 class ReplicaStates:

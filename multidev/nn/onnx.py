@@ -26,8 +26,9 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from multidev.errors import MultidevError
+from multidev.errors import MultidevError, first_line
 from multidev.nn.graph import Graph, NodeSpec
+from multidev.outputs.files import atomic_write
 from multidev.nn.layers import (GELU, LN_EPS, Add, AvgPool2d, BatchNorm, Concat, Conv2d, Dense, Dropout, Flatten,
                                 GlobalAvgPool, Layer, LayerNorm, MaxPool2d, ReLU, Shape, Sigmoid, Tanh)
 from multidev.rules.batchnorm import BN_EPS
@@ -70,11 +71,6 @@ def _bad(node, what: str) -> MultidevError:
     return MultidevError(f"{_where(node)} {what}")
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _load(path: Path):
     """The checked model of ``path``; a missing file, a non-ONNX file or an unread opset is one line."""
     onnx = _onnx()
@@ -85,13 +81,13 @@ def _load(path: Path):
     try:
         model = onnx.load(str(path))
     except (ProtobufError, ValueError, OSError) as exc:  # DecodeError: the bytes are not a model
-        raise MultidevError(f"{str(path)!r} is not an ONNX model ({_first_line(exc)})") from None
+        raise MultidevError(f"{str(path)!r} is not an ONNX model ({first_line(exc)})") from None
     if model.ir_version == 0 or not model.HasField("graph"):
         raise MultidevError(f"{str(path)!r} is not an ONNX model (it holds no graph)")
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
-        raise MultidevError(f"{str(path)!r} is not a valid ONNX model: {_first_line(exc)}") from None
+        raise MultidevError(f"{str(path)!r} is not a valid ONNX model: {first_line(exc)}") from None
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or opset < MIN_OPSET:
         raise MultidevError(f"{str(path)!r} uses ONNX opset {opset}: multidev reads opset {MIN_OPSET} or newer; "
@@ -792,12 +788,7 @@ def to_onnx(graph: Any, state: dict[str, np.ndarray], in_shape: Shape, path: Uni
     try:
         onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
-        raise MultidevError(f"the ONNX model written for {last!r} does not check: {_first_line(exc)}") from None
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        onnx.save(model, str(tmp))
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)  # gone after the rename; removed when the write failed
-    return str(target)
+        raise MultidevError(f"the ONNX model written for {last!r} does not check: {first_line(exc)}") from None
+    with atomic_write(path, what="ONNX file") as f:
+        f.write(model.SerializeToString())
+    return str(Path(path))
