@@ -39,6 +39,7 @@ class ModelSpec:
     num_classes: int
     graph: Optional[Graph] = None
     _params: tuple[Param, ...] = field(init=False, repr=False, compare=False)
+    _dropouts: tuple[tuple[str, float, tuple[int, ...]], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         graph = self.graph
@@ -51,6 +52,8 @@ class ModelSpec:
         object.__setattr__(self, "graph", graph)
         object.__setattr__(self, "in_shape", tuple(int(d) for d in self.in_shape))
         object.__setattr__(self, "_params", tuple(graph.params(self.in_shape, self.num_classes)))
+        # asked for by every training micro-batch: worked out once
+        object.__setattr__(self, "_dropouts", tuple(graph.dropouts(self.in_shape)))
 
     def params(self) -> list[Param]:
         return list(self._params)
@@ -63,7 +66,7 @@ class ModelSpec:
 
     def dropouts(self) -> list[tuple[str, float, tuple[int, ...]]]:
         """(node, rate, one sample's shape) of every Dropout layer."""
-        return self.graph.dropouts(self.in_shape)
+        return list(self._dropouts)
 
     def init(self, seed: int) -> State:
         """Normal weights scaled by fan-in, zero biases, unit BatchNorm scale: one numpy stream per seed.
