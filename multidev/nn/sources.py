@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from multidev.errors import MultidevError
 from multidev.nn.graph import Graph
@@ -64,8 +64,9 @@ def text(value: Model) -> str:
     return value
 
 
-def label(value: Model) -> str:
-    """A short name for reports: the zoo name, the file's stem, or "model"."""
+def label(value: Optional[Model]) -> str:
+    """A short name for reports: the zoo name (None: the default's), the file's stem, or "model"."""
+    value = DEFAULT if value is None else value
     if isinstance(value, Graph):
         return Path(value.source).stem if value.source else "model"
     if value in ZOO:
@@ -73,8 +74,9 @@ def label(value: Model) -> str:
     return Path(value.rpartition(":")[0] if ".py:" in value else value).stem
 
 
-def definition(value: Model) -> Graph:
-    """The definition itself: from the zoo, a Python function, an ONNX file or a JSON file."""
+def definition(value: Optional[Model]) -> Graph:
+    """The definition itself: from the zoo (None: the default), a Python function, an ONNX file or a JSON file."""
+    value = DEFAULT if value is None else value
     if isinstance(value, Graph):
         return value
     if value in ZOO:

@@ -31,7 +31,7 @@ def launch_train(engine: Backend, s: Settings) -> Result:
         path = s.json if s.json is not None else str(Path(folder) / "result.json")
         engine.launch(worker_settings(engine, s, path).to_argv(), s.launch)  # type: ignore[attr-defined]
         if s.node_rank != 0:
-            return Result(backend=engine.name, devices=[], model=sources.label(s.model or sources.DEFAULT),
-                          dataset=str(s.dataset), batch_size=s.batch_size, lr=float(s.lr), seed=s.seed, batchnorm=s.batchnorm, test_total=0,
+            return Result(backend=engine.name, devices=[], model=sources.label(s.model), dataset=str(s.dataset),
+                          batch_size=s.batch_size, lr=float(s.lr), seed=s.seed, batchnorm=s.batchnorm, test_total=0,
                           epochs=[], version="", recipe=s.recipe.settings())
         return load_json(path)

@@ -144,10 +144,11 @@ class Training:
         return self.result
 
 
-def _result(engine: Backend, s: Settings, data: Dataset, devices: list[Device], job: Job, start: Start) -> Result:
+def _result(engine: Backend, s: Settings, spec: ModelSpec, data: Dataset, devices: list[Device], job: Job,
+            start: Start) -> Result:
     names = [str(d) for d in devices] if job.group.size == 1 else [
         f"rank{r}/{d}" for r in range(job.group.size) for d in devices]
-    return Result(backend=engine.name, devices=names, model=sources.label(s.model or sources.DEFAULT), dataset=data.name, batch_size=s.batch_size,
+    return Result(backend=engine.name, devices=names, model=spec.name, dataset=data.name, batch_size=s.batch_size,
                   lr=float(s.lr), seed=start.seed, batchnorm=s.batchnorm, test_total=len(data.x_test),
                   epochs=start.history, version=engine_version(engine), recipe=s.recipe.settings())
 
@@ -157,8 +158,7 @@ def model_spec(s: Settings, data: Dataset) -> ModelSpec:
     if s.model is None and s.resume is not None:
         saved = ckpt.spec_of(s.resume)
         return ModelSpec(saved.name, data.shape, data.num_classes, saved.graph)
-    value = s.model or sources.DEFAULT
-    return ModelSpec(sources.label(value), data.shape, data.num_classes, sources.definition(value))
+    return ModelSpec(sources.label(s.model), data.shape, data.num_classes, sources.definition(s.model))
 
 
 def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch = None, local_rank: int = 0) -> Result:
@@ -178,7 +178,7 @@ def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch =
         check_state(s.recipe.optimizer, spec, start.optimizer_state)
         replicas.load_optimizer_state(start.optimizer_state)  # type: ignore[attr-defined]
     trace = Trace(s.trace, spec) if s.trace is not None else None
-    training = Training(engine, s, job, data, spec, replicas, _result(engine, s, data, chosen, job, start),
+    training = Training(engine, s, job, data, spec, replicas, _result(engine, s, spec, data, chosen, job, start),
                         start.seed, trace, Rhythm(s.checkpoint_every))
     return training.run(start, on_epoch)
 

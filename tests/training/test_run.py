@@ -58,3 +58,10 @@ def test_dropout_changes_training():
     a = train(FakeEngine(), model=_dropout_net(), **base).epochs[0].loss
     b = train(FakeEngine(), model=kept, **base).epochs[0].loss
     assert a != b
+
+
+def test_a_resume_without_model_reports_the_checkpoints_model(tmp_path):
+    data = synthetic(n_train=16, n_test=4, shape=(1, 16, 16))
+    train(FakeEngine(), model="lenet", dataset=data, epochs=1, batch_size=8, checkpoint=tmp_path / "c.npz")
+    resumed = train(FakeEngine(), dataset=data, epochs=2, batch_size=8, resume=tmp_path / "c.npz")
+    assert resumed.model == "lenet"
