@@ -55,8 +55,9 @@ def _masks(masks: Masks, x: np.ndarray, sizes: Optional[Sequence[int]], dtype) -
     """Each active device's rows of the whole batch's Dropout multipliers."""
     if masks is None:
         return None
-    parts = {name: split(np.asarray(m, dtype), _active(x, sizes)) for name, m in masks.items()}
-    return [{name: p[d] for name, p in parts.items()} for d in range(len(_active(x, sizes)))]
+    active = _active(x, sizes)
+    parts = {name: split(np.asarray(m, dtype), active) for name, m in masks.items()}
+    return [{name: p[d] for name, p in parts.items()} for d in range(len(active))]
 
 
 def _copies(spec: ModelSpec, state: State, k: int, dtype) -> list[State]:

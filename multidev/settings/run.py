@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional, Union
 
 from multidev.data import DATASETS, Dataset
