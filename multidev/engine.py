@@ -8,10 +8,10 @@ the core's own business and may change without notice to engine authors.
 from __future__ import annotations
 
 from multidev.engines.capabilities import CAPABILITIES
-from multidev.engines.idioms import MultiProcess, ReplicaStates, first_line, labels, predictions
+from multidev.engines.idioms import MultiProcess, ReplicaStates, labels, predictions
 from multidev.engines.lockstep import AllGather, combine_moments, run_lockstep
 from multidev.engines.protocol import Backend, BatchT, MultiProcessBackend, OptimizerState, Replicas, Setup, StepStats
-from multidev.errors import MultidevError
+from multidev.errors import MultidevError, first_line
 from multidev.nn.layers import LN_EPS
 from multidev.nn.zoo import Block, resnet18_blocks
 from multidev.processes.group import ProcessGroup
@@ -31,6 +31,7 @@ __all__ = [
     "OptimizerState", "PRECISIONS", "Param", "Placed", "ProcessGroup", "STEP", "check_state", "slot_name",
     "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments",
     "resnet18_blocks", "run_lockstep", "running_statistic", "spawn", "statistic_sources", "worker_failed",
-    # idioms every engine shares (multidev.engines.idioms), and the cores a process may run on
+    # idioms every engine shares (multidev.engines.idioms; first_line from multidev.errors), and the cores a
+    # process may run on
     "MultiProcess", "ReplicaStates", "first_line", "labels", "predictions", "usable_cores",
 ]

@@ -6,7 +6,6 @@ alone:
 
 - :func:`labels`: each device's labels, or ``None`` for each in a prediction batch (``Shards.y`` is ``None``);
 - :func:`predictions`: the devices' logits in sample order, a ``(0, classes)`` array when no device has rows;
-- :func:`first_line`: the first line of an exception's message, for the contract's one-line errors;
 - :class:`ReplicaStates`: ``state()`` and ``replica_states()`` from one ``replica_state(i)``, so
   ``state()`` copies device 0's arrays alone, not every replica's;
 - :class:`MultiProcess`: ``MultiProcessBackend``'s four members, forwarded to the engine's
@@ -21,7 +20,6 @@ from typing import TYPE_CHECKING, ClassVar, Optional, Sequence
 
 import numpy as np
 
-from multidev.errors import first_line
 from multidev.rules.models import State
 from multidev.rules.split import Shards
 
