@@ -64,6 +64,7 @@ def test_an_imported_torch_network_gives_torchs_logits(engine, tmp_path):
     assert np.abs(got - want).max() <= 1e-5 * max(1.0, np.abs(want).max()), engine
 
 
+@pytest.mark.slow  # an epoch of training on every engine
 @pytest.mark.parametrize("engine", ENGINES)
 def test_an_imported_torch_network_trains(engine, tmp_path):
     path, _, _ = exported(tmp_path)

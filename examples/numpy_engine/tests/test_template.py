@@ -24,8 +24,9 @@ def test_lenet_learns_on_two_devices():
     assert result.test_acc > 0.2, f"test accuracy {result.test_acc} is not above chance (0.1)"
 
 
-@pytest.mark.parametrize("model, shape", [("lenet", (1, 16, 16)), ("resnet18", (1, 8, 8))],
-                         ids=["lenet", "resnet18"])
+@pytest.mark.parametrize("model, shape", [("lenet", (1, 16, 16)),
+                                          pytest.param("resnet18", (1, 8, 8), marks=pytest.mark.slow)],
+                         ids=["lenet", "resnet18"])  # ResNet-18 in NumPy takes 9 s: the slow run has it
 def test_gradients_agree_with_every_other_engine(model, shape):
     # The kit compares this engine with itself (k devices against one) and
     # compares predictions across engines, but not gradients: a backward pass
