@@ -1,4 +1,4 @@
-"""A data set: training and test arrays in the core's layout, and its class count."""
+"""A data set: training and test samples in the core's layout, and its class count."""
 
 from __future__ import annotations
 
@@ -6,13 +6,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from multidev.data.rows import Samples
+
 
 @dataclass(frozen=True)
 class Dataset:
     name: str
-    x_train: np.ndarray  # float32, N x C x H x W (images) or N x F (feature vectors)
+    #: float32, N x C x H x W (images) or N x F (feature vectors): an array, or a Rows read a minibatch at a time
+    x_train: Samples
     y_train: np.ndarray  # int64, N
-    x_test: np.ndarray
+    x_test: Samples
     y_test: np.ndarray
     num_classes: int
 
