@@ -19,25 +19,33 @@ from multidev.errors import MultidevError
 LAYOUTS = ("NCHW", "NHWC")
 
 
-def _images(x: np.ndarray, layout: str, what: str) -> np.ndarray:
+def sample_shape(shape: tuple[int, ...], layout: str, what: str) -> tuple[int, ...]:
+    """One sample's shape in the core's layout, or one line when ``shape`` is neither images nor features."""
     if layout not in LAYOUTS:
         raise MultidevError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-    if x.ndim == 2:
-        return x  # feature vectors (N, F)
-    if x.ndim != 4:
-        raise MultidevError(f"{what} has shape {x.shape}: give images (N, C, H, W) or (N, H, W, C) with "
+    if len(shape) == 2:
+        return tuple(shape[1:])  # feature vectors (N, F)
+    if len(shape) != 4:
+        raise MultidevError(f"{what} has shape {shape}: give images (N, C, H, W) or (N, H, W, C) with "
                             f"layout='NHWC', or feature vectors (N, F); add a channel axis to grayscale (N, H, W)")
-    return np.transpose(x, (0, 3, 1, 2)) if layout == "NHWC" else x
+    return (shape[3], shape[1], shape[2]) if layout == "NHWC" else tuple(shape[1:])
+
+
+def check_kind(dtype: np.dtype, what: str) -> None:
+    """Numbers only: uint8 images, floats or integers."""
+    if not np.issubdtype(dtype, np.number) or np.issubdtype(dtype, np.complexfloating):
+        raise MultidevError(f"{what} holds {dtype} values: give uint8 images or float (or int) numbers")
+
+
+def _images(x: np.ndarray, layout: str, what: str) -> np.ndarray:
+    sample_shape(x.shape, layout, what)
+    return np.transpose(x, (0, 3, 1, 2)) if layout == "NHWC" and x.ndim == 4 else x
 
 
 def _values(x: object, layout: str, what: str) -> np.ndarray:
     x = np.asarray(x)
-    if x.dtype == np.uint8:
-        x = x.astype(np.float32) / np.float32(255)
-    elif np.issubdtype(x.dtype, np.number) and not np.issubdtype(x.dtype, np.complexfloating):
-        x = x.astype(np.float32)
-    else:
-        raise MultidevError(f"{what} holds {x.dtype} values: give uint8 images or float (or int) numbers")
+    check_kind(x.dtype, what)
+    x = x.astype(np.float32) / np.float32(255) if x.dtype == np.uint8 else x.astype(np.float32)
     if len(x) == 0:
         raise MultidevError(f"{what} is empty: give at least one sample")
     if not np.all(np.isfinite(x)):
@@ -46,7 +54,7 @@ def _values(x: object, layout: str, what: str) -> np.ndarray:
     return np.ascontiguousarray(_images(x, layout, what))
 
 
-def _labels(y: object, rows: int, what: str) -> np.ndarray:
+def labels(y: object, rows: int, what: str) -> np.ndarray:
     y = np.asarray(y)
     if y.ndim != 1 or len(y) != rows:
         raise MultidevError(f"{what} has shape {y.shape} for {rows} samples: give one whole-number label per sample")
@@ -57,37 +65,47 @@ def _labels(y: object, rows: int, what: str) -> np.ndarray:
     return y.astype(np.int64)
 
 
-def _held_out(x: np.ndarray, y: np.ndarray, fraction: float, seed: int):
+def held_out(rows: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training rows, test rows), sorted: a seeded ``fraction`` held out, the same every run."""
     if not 0 < fraction < 1:
         raise MultidevError(f"the test fraction must be in (0, 1), got {fraction!r}")
-    order = np.random.default_rng(seed).permutation(len(x))
-    n_test = max(1, int(round(fraction * len(x))))
-    if n_test >= len(x):
-        raise MultidevError(f"{len(x)} training samples cannot spare a test set: give test arrays or more data")
-    test, train = np.sort(order[:n_test]), np.sort(order[n_test:])
+    order = np.random.default_rng(seed).permutation(rows)
+    n_test = max(1, int(round(fraction * rows)))
+    if n_test >= rows:
+        raise MultidevError(f"{rows} training samples cannot spare a test set: give test samples or more data")
+    return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
+def _held_out(x: np.ndarray, y: np.ndarray, fraction: float, seed: int):
+    train, test = held_out(len(x), fraction, seed)
     return x[train], y[train], x[test], y[test]
+
+
+def class_count(y: np.ndarray, y_test: np.ndarray) -> int:
+    """C, from the labels; one line when the training labels skip a class."""
+    classes = int(max(y.max(), y_test.max())) + 1
+    missing = sorted(set(range(classes)) - set(np.unique(y).tolist()))
+    if missing:
+        raise MultidevError(f"the training labels never hold class {missing[0]} of 0..{classes - 1}: labels must "
+                            f"number the classes 0..C-1 without gaps")
+    return classes
 
 
 def arrays(x_train: object, y_train: object, x_test: object = None, y_test: object = None, *, layout: str = "NCHW",
            name: str = "arrays", test_fraction: float = 0.2, seed: int = 0) -> Dataset:
     """A data set from arrays; without ``x_test`` a seeded ``test_fraction`` of the rows is the test set."""
     x = _values(x_train, layout, "x_train")
-    y = _labels(y_train, len(x), "y_train")
+    y = labels(y_train, len(x), "y_train")
     if (x_test is None) != (y_test is None):
         raise MultidevError("give x_test and y_test together, or neither (a seeded fraction is then held out)")
     if x_test is None:
         x, y, xt, yt = _held_out(x, y, test_fraction, seed)
     else:
         xt = _values(x_test, layout, "x_test")
-        yt = _labels(y_test, len(xt), "y_test")
+        yt = labels(y_test, len(xt), "y_test")
         if xt.shape[1:] != x.shape[1:]:
             raise MultidevError(f"x_test's samples are {xt.shape[1:]}, x_train's {x.shape[1:]}: give them one shape")
-    classes = int(max(y.max(), yt.max())) + 1
-    missing = sorted(set(range(classes)) - set(np.unique(y).tolist()))
-    if missing:
-        raise MultidevError(f"the training labels never hold class {missing[0]} of 0..{classes - 1}: labels must "
-                            f"number the classes 0..C-1 without gaps")
-    return Dataset(name, x, y, xt, yt, classes)
+    return Dataset(name, x, y, xt, yt, class_count(y, yt))
 
 
 def npz(path: str | Path, layout: str = "NCHW") -> Dataset:

@@ -7,12 +7,12 @@ from typing import Optional
 
 import numpy as np
 
-from multidev.data import fashion_mnist
+from multidev.data import fashion_mnist, images, npy
 from multidev.data.arrays import npz
 from multidev.data.dataset import Dataset
 from multidev.errors import MultidevError
 
-DATASETS = ("digits", "fashion-mnist", "synthetic")
+DATASETS = ("digits", "fashion-mnist", "cifar-10", "synthetic")
 
 __all__ = ["DATASETS", "Dataset", "digits", "fashion", "load_dataset", "synthetic"]
 
@@ -56,14 +56,34 @@ def fashion(data_dir: Optional[str | Path] = None, download: bool = True) -> Dat
     return Dataset("fashion-mnist", scale(x_tr), y_tr.astype(np.int64), scale(x_te), y_te.astype(np.int64), 10)
 
 
-def load_dataset(name: str, data_dir: Optional[str | Path] = None, layout: str = "NCHW") -> Dataset:
-    """A data set by name, or the user's ``.npz`` file (images in ``layout``)."""
+def load_dataset(name: str, data_dir: Optional[str | Path] = None, layout: str = "NCHW", *,
+                 image_size: Optional[tuple[int, int]] = None, color: str = "auto", image_column: str = "image",
+                 label_column: str = "label", progress: bool = False) -> Dataset:
+    """A data set by name, or the user's: a ``.npz`` file, a folder of ``.npy`` files (images in ``layout``),
+    a saved Hugging Face set (its ``image_column`` and ``label_column``), or a folder of class folders of
+    images (resized to ``image_size``, read as ``color``)."""
+    if name in _NAMED:
+        return _NAMED[name](data_dir)
     if name.endswith(".npz"):
         return npz(name, layout)
-    if name == "digits":
-        return digits()
-    if name == "synthetic":
-        return synthetic()
-    if name == "fashion-mnist":
-        return fashion(data_dir)
-    raise MultidevError(f"unknown data set {name!r}: choose one of {', '.join(DATASETS)}, or give a .npz file")
+    path = Path(name)
+    if not path.is_dir():
+        raise MultidevError(f"unknown data set {name!r}: choose one of {', '.join(DATASETS)}, or give a .npz file "
+                            f"or a folder")
+    if npy.is_npy_folder(path):
+        return npy.folder(path, layout)
+    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():  # written by save_to_disk
+        from multidev.data import huggingface
+
+        return huggingface.load(path, image_column=image_column, label_column=label_column, layout=layout)
+    return images.folder(path, image_size, color, progress=progress)
+
+
+def _cifar10(data_dir: Optional[str | Path]) -> Dataset:
+    from multidev.data import cifar10
+
+    return cifar10.dataset(data_dir)
+
+
+_NAMED = {"digits": lambda _: digits(), "synthetic": lambda _: synthetic(), "fashion-mnist": fashion,
+          "cifar-10": _cifar10}

@@ -94,3 +94,14 @@ def check_finite(x: Samples, what: str) -> None:
         if bad.any():
             raise MultidevError(f"{what} holds NaN or infinite values (first at row "
                                 f"{start + int(np.argwhere(bad)[0][0])}): clean or drop those rows")
+
+
+class Taken(Rows):
+    """Some rows of another set, in the order given: a held-out split that reads nothing until asked."""
+
+    def __init__(self, base: Samples, rows: np.ndarray) -> None:
+        super().__init__((len(rows), *base.shape[1:]))
+        self.base, self.rows = base, np.asarray(rows)
+
+    def read(self, index: np.ndarray) -> np.ndarray:
+        return np.asarray(self.base[self.rows[index]])

@@ -3,7 +3,7 @@
 A framework's own generator would give each engine, and each way of
 splitting a batch, other masks. Here the mask of one sample is a function of
 (seed, epoch, update, dropout node, the sample's position in the update,
-the value's index) alone: a counter-based hash (splitmix64's finaliser)
+the value's index) alone: a counter-based hash (``multidev.rules.counter``)
 turned into a uniform number, kept when it is at least the rate. Device i
 gets the rows of its shard, so k devices see what one device sees, N
 processes what N devices see, and a resumed run what the uninterrupted one
@@ -22,33 +22,12 @@ from typing import Sequence
 
 import numpy as np
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _mix(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: a bijection of 64-bit words whose output bits all depend on every input bit."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def _word(value: int) -> np.ndarray:
-    return np.array(value & 0xFFFFFFFFFFFFFFFF, dtype=np.uint64)
+from multidev.rules import counter
 
 
 def uniforms(seed: int, epoch: int, update: int, node: str, positions: np.ndarray, size: int) -> np.ndarray:
     """(len(positions), size) numbers in [0, 1): sample ``positions[r]``'s ``size`` values at this update."""
-    with np.errstate(over="ignore"):  # 64-bit words wrap around by design
-        return _uniforms(seed, epoch, update, node, positions, size)
-
-
-def _uniforms(seed: int, epoch: int, update: int, node: str, positions: np.ndarray, size: int) -> np.ndarray:
-    key = _mix(_word(seed) + _GOLDEN)
-    for part in (epoch, update, zlib.crc32(node.encode())):
-        key = _mix(key ^ _mix(_word(part) + _GOLDEN))
-    rows = _mix(key ^ _mix(np.asarray(positions, np.uint64) + _GOLDEN))
-    values = _mix(rows[:, None] ^ (np.arange(size, dtype=np.uint64)[None, :] * _GOLDEN))
-    return (values >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    return counter.uniforms((seed, epoch, update, zlib.crc32(node.encode())), positions, size)
 
 
 def multipliers(seed: int, epoch: int, update: int, node: str, p: float, shape: Sequence[int],

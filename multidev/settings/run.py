@@ -18,9 +18,12 @@ from typing import Any, Optional, Union
 
 from multidev.data import DATASETS, Dataset
 from multidev.data.arrays import LAYOUTS
+from multidev.data.images import COLORS, parse_size, size_text
+from multidev.data.transforms import normalize_text, parse_normalize
 from multidev.errors import MultidevError
 from multidev.nn import sources
 from multidev.processes.launch import DEFAULT_MASTER, Launch
+from multidev.rules.augment import parse_augment
 from multidev.rules.batchnorm import BATCHNORM_MODES, check_batchnorm
 from multidev.rules.devices import DeviceSpec, canonical_request
 from multidev.rules.numbers import whole_number
@@ -73,7 +76,10 @@ def _dataset(value: object) -> Union[str, Dataset]:
         if not Path(value).is_file():
             raise MultidevError(f"data file {value} does not exist")
         return str(value)
-    raise MultidevError(f"unknown data set {value!r}: give {', '.join(DATASETS)}, a .npz file, or (in Python) "
+    if isinstance(value, (str, Path)) and Path(value).is_dir():
+        return str(value)
+    raise MultidevError(f"unknown data set {value!r}: give {', '.join(DATASETS)}, a .npz file, a folder (of .npy "
+                        f"files, of class folders of images, or a saved Hugging Face set), or (in Python) "
                         f"multidev.data.arrays(...)")
 
 
@@ -104,12 +110,28 @@ class Settings:
     model: Any = setting(None, "--model", "the network: resnet18 (the default; when resuming, the checkpoint's), "
                          "lenet, mlp, convnet, path/net.py:function, net.onnx or net.json (in Python also a "
                          "multidev.nn definition)", check=_model, text=sources.text)
-    dataset: Union[str, Dataset] = setting("digits", "--dataset", "the data set: digits, fashion-mnist, synthetic, "
-                                           "or a .npz file of x_train, y_train (x_test, y_test); in Python also "
-                                           "multidev.data.arrays(...)", check=_dataset)
-    layout: str = setting("NCHW", "--layout", "how a .npz file's images lie: NCHW or NHWC", choices=LAYOUTS)
+    dataset: Union[str, Dataset] = setting("digits", "--dataset", "the data set: digits, fashion-mnist, cifar-10, "
+                                           "synthetic, a .npz file or a folder of .npy files (x_train, y_train, "
+                                           "x_test, y_test), a folder of class folders of images, a Hugging Face "
+                                           "set saved to disk; in Python also multidev.data.arrays(...)",
+                                           check=_dataset)
+    layout: str = setting("NCHW", "--layout", "how a .npz file's or .npy folder's images lie: NCHW or NHWC",
+                          choices=LAYOUTS)
+    image_size: Optional[tuple[int, int]] = setting(None, "--image-size", "an image folder's images resized to "
+                                                    "this: 28, or HEIGHTxWIDTH such as 32x48", check=parse_size,
+                                                    text=size_text)
+    color: str = setting("auto", "--color", "an image folder read as gray (1 channel) or rgb (3); auto: gray "
+                         "when every image is", choices=COLORS)
+    image_column: str = setting("image", "--image-column", "a Hugging Face data set's column of samples")
+    label_column: str = setting("label", "--label-column", "a Hugging Face data set's column of labels")
+    augment: tuple[str, ...] = setting((), "--augment", "crop,flip: random crops of zero-padded images and "
+                                       "left-right flips, drawn from (seed, epoch, sample)", check=parse_augment,
+                                       text=",".join)
+    normalize: Any = setting(None, "--normalize", "auto: subtract the training set's per-channel mean, divide by "
+                             "its standard deviation; or MEANS/STDS such as 0.5/0.25", check=parse_normalize,
+                             text=normalize_text)
     data_dir: Optional[str] = setting(None, "--data-dir",
-                                      "where Fashion-MNIST is kept (default: ~/.cache/multidev/fashion-mnist)",
+                                      "where Fashion-MNIST and CIFAR-10 are kept (default: ~/.cache/multidev/<name>)",
                                       check=_path, agree=False)
     epochs: int = setting(10, "--epochs", "passes over the training set", type=int, check=_positive("epochs"))
     batch_size: int = setting(128, "--batch-size", "rows per minibatch, over every device of every process",

@@ -11,6 +11,7 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 
 from multidev.data import Dataset, batches, epoch_order, num_batches
+from multidev.data.transforms import Transforms
 from multidev.engines.protocol import Replicas
 from multidev.errors import MultidevError
 from multidev.processes.job import Job
@@ -54,6 +55,7 @@ class Epoch:
     seed: int
     rate: Callable[[int], float]  # update (counted in the epoch, from 1) -> learning rate
     job: Job = Job()
+    transforms: Transforms = Transforms()
 
     @property
     def update_rows(self) -> int:
@@ -74,10 +76,12 @@ class Epoch:
                     yield step, j == len(parts) - 1, part, len(idx) if accumulate > 1 else None, j * size
 
     def shards(self, replicas: Replicas, step: int, part: np.ndarray, whole: Optional[int], first: int) -> Shards:
-        """This process's shards of one micro-batch, with the core's Dropout masks when the model has Dropout."""
+        """This process's shards of one micro-batch (augmented and normalised when the run says so), with the core's
+        Dropout masks when the model has Dropout."""
         k, s, data = len(replicas.setup.devices), self.settings, self.data
         sizes = shard_sizes(len(part), k * self.job.group.size, s.shard_weights)
-        shards = self.job.shards(data.x_train, data.y_train, part, sizes, k, whole)
+        x = self.transforms.train(data.x_train, self.seed, self.number)
+        shards = self.job.shards(x, data.y_train, part, sizes, k, whole)
         sites = replicas.setup.spec.dropouts()
         if not sites:
             return shards

@@ -8,6 +8,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from multidev.data import Dataset, load_dataset
+from multidev.data.transforms import Transforms
 from multidev.engines.capabilities import check_claims
 from multidev.engines.protocol import Backend, Replicas, Setup, replicate
 from multidev.engines.registry import engine_version
@@ -79,6 +80,7 @@ class Training:
     seed: int
     trace: Optional[Trace] = None
     rhythm: Rhythm = field(default_factory=lambda: Rhythm(None))
+    transforms: Transforms = field(default_factory=Transforms)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -117,13 +119,13 @@ class Training:
         s, rate = self.settings, self.rate(number)
         try:
             loss, train_acc, seconds = train_epoch(
-                self.replicas, Epoch(number, self.data, s, self.seed, rate, self.job),
+                self.replicas, Epoch(number, self.data, s, self.seed, rate, self.job, self.transforms),
                 start=position if position and position.epoch == number else None, stop=stop,
                 on_step=self.on_step(number))
         except Stopped as stopped:
             self.save(number - 1, stopped.position)
             raise Interrupted(number, stopped.position.step, s.checkpoint, stop.signum) from None
-        _, test_acc, _ = evaluate(self.replicas, self.data.x_test, self.data.y_test, s.batch_size, s.shard_weights,
+        _, test_acc, _ = evaluate(self.replicas, self.transforms.test(self.data.x_test), self.data.y_test, s.batch_size, s.shard_weights,
                                   self.job)
         return EpochRecord(number, loss, train_acc, test_acc, seconds, len(self.data.x_train) / max(seconds, 1e-9),
                            [rate(step) for step in range(1, self.steps_per_epoch + 1)])
@@ -153,6 +155,17 @@ def _result(engine: Backend, s: Settings, spec: ModelSpec, data: Dataset, device
                   epochs=start.history, version=engine_version(engine), recipe=s.recipe.settings())
 
 
+def dataset_of(s: Settings, devices: int, progress: bool = False) -> Dataset:
+    """The run's data, checked to give every one of the job's ``devices`` a row of the first minibatch."""
+    data = s.dataset if isinstance(s.dataset, Dataset) else load_dataset(
+        s.dataset, s.data_dir, s.layout, image_size=s.image_size, color=s.color, image_column=s.image_column,
+        label_column=s.label_column, progress=progress)
+    if len(data.x_train) < devices:
+        raise MultidevError(f"{data.name} has {len(data.x_train)} training samples for {devices} devices: give "
+                            f"more data or use fewer devices")
+    return data
+
+
 def model_spec(s: Settings, data: Dataset) -> ModelSpec:
     """The run's model for ``data``: the one named, or when resuming without ``--model`` the checkpoint's."""
     if s.model is None and s.resume is not None:
@@ -167,7 +180,7 @@ def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch =
                              max_cpu=engine.max_cpu_devices(), first_gpu=local_rank)
     if s.shard_weights is not None:
         shard_sizes(0, len(chosen) * job.group.size, s.shard_weights)  # validates the weights up front
-    data = s.dataset if isinstance(s.dataset, Dataset) else load_dataset(s.dataset, s.data_dir, s.layout)
+    data = dataset_of(s, len(chosen) * job.group.size, progress=s.progress and job.writer)
     spec = model_spec(s, data)
     start = resume_from(s, spec) if s.resume is not None else Start(spec.init(s.seed), s.seed)
     setup = Setup(spec, tuple(chosen), s.batchnorm, s.dtype, job.group, optimizer=s.recipe.optimizer,
@@ -179,7 +192,7 @@ def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch =
         replicas.load_optimizer_state(start.optimizer_state)  # type: ignore[attr-defined]
     trace = Trace(s.trace, spec) if s.trace is not None else None
     training = Training(engine, s, job, data, spec, replicas, _result(engine, s, spec, data, chosen, job, start),
-                        start.seed, trace, Rhythm(s.checkpoint_every))
+                        start.seed, trace, Rhythm(s.checkpoint_every), Transforms.of(s.augment, s.normalize, data.x_train))
     return training.run(start, on_epoch)
 
 

@@ -82,12 +82,18 @@ def final_state(path):
     return state, meta
 
 
-@pytest.mark.parametrize("engine, signum", [("fake", signal.SIGINT), ("fake", signal.SIGTERM),
-                                            ("signalling-torch", signal.SIGINT)],
-                         ids=["fake-SIGINT", "fake-SIGTERM", "torch-SIGINT"])
-def test_signal_mid_epoch_saves_and_resume_equals_uninterrupted(tmp_path, engine, signum):
+#: the core's augmentation and normalisation: the resumed run must draw the crops and flips it would have drawn
+AUGMENTED = ["--augment", "crop,flip", "--normalize", "auto"]
+
+
+@pytest.mark.parametrize("engine, signum, extra", [("fake", signal.SIGINT, []), ("fake", signal.SIGTERM, []),
+                                                   ("signalling-torch", signal.SIGINT, []),
+                                                   pytest.param("signalling-torch", signal.SIGINT, AUGMENTED,
+                                                                marks=pytest.mark.slow)],
+                         ids=["fake-SIGINT", "fake-SIGTERM", "torch-SIGINT", "torch-SIGINT-augmented"])
+def test_signal_mid_epoch_saves_and_resume_equals_uninterrupted(tmp_path, engine, signum, extra):
     straight, stopped = tmp_path / "straight.npz", tmp_path / "stopped.npz"
-    train = [*TRAIN, "--backend", engine]
+    train = [*TRAIN, "--backend", engine, *extra]
     done = multidev([*train, "--checkpoint", str(straight)], tmp_path)
     assert done.returncode == 0, done.stderr
     # step 39 overall is epoch 2, step 7
