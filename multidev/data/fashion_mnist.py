@@ -5,16 +5,15 @@ Files already in the data directory are used without touching the network.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import urllib.error
-import urllib.request
+import urllib.request  # noqa: F401  (tests patch fm.urllib.request.urlopen to prove no network is used)
 from pathlib import Path
 from typing import Optional
 
+from multidev.data.download import cache_dir, fetch_url, md5, verify
 from multidev.data.idx import read_idx
 from multidev.errors import MultidevError
-from multidev.outputs.files import atomic_write
+
+__all__ = ["FILES", "URL", "default_dir", "fetch", "load", "md5"]
 
 URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
 FILES = {  # name -> published MD5
@@ -26,24 +25,8 @@ FILES = {  # name -> published MD5
 
 
 def default_dir() -> Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "multidev" / "fashion-mnist"
-
-
-def md5(path: Path) -> str:
-    return hashlib.md5(path.read_bytes()).hexdigest()
-
-
-def _download(name: str, target: Path, url: str) -> None:
-    """Fetch into a temporary file beside ``target`` and rename: never a half file in place."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with atomic_write(target, what="data file") as out, urllib.request.urlopen(url + name, timeout=60) as response:
-            while chunk := response.read(1 << 20):
-                out.write(chunk)
-    except (urllib.error.URLError, OSError) as exc:
-        raise MultidevError(f"cannot download {name} from {url} ({getattr(exc, 'reason', exc)}): "
-                            f"put {', '.join(FILES)} into {target.parent} by hand") from None
+    """Where the files are kept when no folder is given: the user's cache, shared by every run."""
+    return cache_dir("fashion-mnist")
 
 
 def fetch(data_dir: Optional[str | Path] = None, *, download: bool = True, url: str = URL) -> dict[str, Path]:
@@ -56,11 +39,8 @@ def fetch(data_dir: Optional[str | Path] = None, *, download: bool = True, url: 
             if not download:
                 raise MultidevError(f"{path} is missing: put the Fashion-MNIST files "
                                     f"({', '.join(FILES)}) into {folder}")
-            _download(name, path, url)
-        got = md5(path)
-        if got != checksum:
-            raise MultidevError(f"{path} fails its MD5 check (got {got}, published {checksum}): "
-                                f"delete it and run again, or put the official file there")
+            fetch_url(url + name, path, by_hand=list(FILES), source=url)
+        verify(path, checksum)
         paths[name] = path
     return paths
 
