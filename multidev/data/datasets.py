@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from multidev.data import fashion_mnist, images, npy
+from multidev.data import fashion_mnist, huggingface, images, npy
 from multidev.data.arrays import npz
 from multidev.data.dataset import Dataset
 from multidev.errors import MultidevError
@@ -72,9 +72,7 @@ def load_dataset(name: str, data_dir: Optional[str | Path] = None, layout: str =
                             f"or a folder")
     if npy.is_npy_folder(path):
         return npy.folder(path, layout)
-    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():  # written by save_to_disk
-        from multidev.data import huggingface
-
+    if huggingface.is_saved_dataset(path):
         return huggingface.load(path, image_column=image_column, label_column=label_column, layout=layout)
     return images.folder(path, image_size, color, progress=progress)
 

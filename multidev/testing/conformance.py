@@ -1,5 +1,6 @@
 """Every check class of the kit in one: what an engine's tests subclass."""
 
+from multidev.testing.data import DataChecks
 from multidev.testing.kit import (AccuracyChecks, AggregationChecks, BatchNormChecks, CheckpointChecks,
                                   EvaluationChecks, ParityChecks, PlacementChecks, ReplicateChecks)
 from multidev.testing.layers import LayerChecks
@@ -8,5 +9,6 @@ from multidev.testing.recipes import RecipeChecks
 
 
 class Conformance(PlacementChecks, ReplicateChecks, AggregationChecks, BatchNormChecks, EvaluationChecks,
-                  CheckpointChecks, ParityChecks, AccuracyChecks, RecipeChecks, MultiProcessChecks, LayerChecks):
+                  CheckpointChecks, ParityChecks, AccuracyChecks, RecipeChecks, MultiProcessChecks, LayerChecks,
+                  DataChecks):
     """Every promise of docs/contract.md; subclass it with ``backend = "name"`` or an ``engine`` fixture."""

@@ -121,6 +121,17 @@ def user_model(folder: Path) -> str:
     return f"{folder / 'net.py'}:build"
 
 
+def user_images(folder: Path) -> str:
+    """The synthetic set as a user's folder of PNG files (train/, test/, a folder per class): ``--dataset``'s text."""
+    from multidev.data import synthetic
+    from multidev.testing.images import as_uint8_images, write_images
+
+    data = synthetic()
+    for split, x, y in (("train", data.x_train, data.y_train), ("test", data.x_test, data.y_test)):
+        write_images(folder / "images", as_uint8_images((x + 3) / 6), y, split=split)
+    return str(folder / "images")
+
+
 class MultiProcessChecks(EngineFixtures):
     """contract: Process groups: one job over several processes, the same answers, faults that end it cleanly."""
 
@@ -132,13 +143,17 @@ class MultiProcessChecks(EngineFixtures):
 
     @pytest.mark.slow
     @pytest.mark.parametrize("model, batchnorm", [("resnet18", "local"), ("resnet18", "sync"), ("lenet", "local"),
-                                                  ("definition", "local")])
+                                                  ("definition", "local"), ("augmented images", "local")])
     def test_two_processes_equal_two_devices(self, engine, model, batchnorm, tmp_path):
         self.needs_processes(engine)
         # LeNet needs 14x14 images: the synthetic set's 16x16, batch 101 (51 / 50 rows), the last one 7 (4 / 3)
-        shape = {"resnet18": [], "lenet": ["--model", "lenet", "--dataset", "synthetic", "--batch-size", "101"],
-                 "definition": ["--model", user_model(tmp_path)]}[model]
+        lenet = ["--model", "lenet", "--dataset", "synthetic", "--batch-size", "101"]
+        shape = {"resnet18": [], "lenet": lenet, "definition": ["--model", user_model(tmp_path)],
+                 "augmented images": [*lenet, "--dataset", user_images(tmp_path), "--augment", "crop,flip",
+                                      "--normalize", "auto"]}[model]
         dtype, rtol = "float32", SAME_ENGINE_RTOL
+        if model == "augmented images" and "float64" in engine.capabilities:
+            dtype, rtol = "float64", FLOAT64_RTOL  # contract: Data: the core's crops and flips, judged in float64
         if batchnorm == "sync":
             self.require(engine, "sync_batchnorm_processes")
             if "float64" in engine.capabilities:
