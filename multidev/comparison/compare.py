@@ -112,6 +112,7 @@ def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2
         from tqdm.auto import tqdm
         bar = tqdm(total=len(specs), unit="run")
     with tempfile.TemporaryDirectory(prefix="multidev-compare-") as tmp:
+        specs = [s.shareable(Path(tmp)) for s in specs]  # each run is a process: Python data reach it as files
         runner = _Runner(Path(tmp), timeout, bar)
         outcomes = runner.truth(specs) if truth else []
         if float64:

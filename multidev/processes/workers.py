@@ -6,7 +6,6 @@ import tempfile
 from pathlib import Path
 
 from multidev.data.dataset import Dataset
-from multidev.data.npy import save_folder
 from multidev.engines.capabilities import check_claims, needed
 from multidev.engines.protocol import Backend
 from multidev.errors import MultidevError
@@ -25,24 +24,16 @@ def worker_settings(engine: Backend, s: Settings, json_path: str) -> Settings:
                      json=json_path, plot=None)
 
 
-def _shared_data(s: Settings, folder: Path) -> Settings:
-    """A data set made in Python reaches this machine's workers as a folder of ``.npy`` files they map."""
-    if not isinstance(s.dataset, Dataset):
-        return s
-    if s.nnodes > 1:
-        raise MultidevError("a data set made in Python cannot reach other machines: save it (numpy.savez or a "
-                            "folder of .npy files) where every machine reads it, and give that path")
-    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in s.dataset.name) or "data"
-    return s.replace(dataset=str(save_folder(s.dataset, folder / name)), layout="NCHW")
-
-
 def launch_train(engine: Backend, s: Settings) -> Result:
     """Start the workers of this machine, wait for them, and return rank 0's result (node 0 only)."""
     check_claims(engine, needed(dtype=s.dtype, batchnorm=s.batchnorm, processes=s.launch.size,
                                 optimizer=s.recipe.optimizer, accumulate=s.accumulate, precision=s.precision))
     with tempfile.TemporaryDirectory(prefix="multidev-launch-") as folder, worker_threads(s.processes):
         path = s.json if s.json is not None else str(Path(folder) / "result.json")
-        s = _shared_data(s, Path(folder))
+        if isinstance(s.dataset, Dataset) and s.nnodes > 1:
+            raise MultidevError("a data set made in Python cannot reach other machines: save it (numpy.savez or a "
+                                "folder of .npy files) where every machine reads it, and give that path")
+        s = s.shareable(Path(folder))
         engine.launch(worker_settings(engine, s, path).to_argv(), s.launch)  # type: ignore[attr-defined]
         if s.node_rank != 0:
             return Result(backend=engine.name, devices=[], model=sources.label(s.model), dataset=str(s.dataset),

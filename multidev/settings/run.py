@@ -19,6 +19,7 @@ from typing import Any, Optional, Union
 from multidev.data import DATASETS, Dataset
 from multidev.data.arrays import LAYOUTS
 from multidev.data.images import COLORS, parse_size, size_text
+from multidev.data.npy import save_folder
 from multidev.data.transforms import normalize_text, parse_normalize
 from multidev.errors import MultidevError
 from multidev.nn import sources
@@ -262,11 +263,22 @@ class Settings:
     def to_argv(self, command: str = "train") -> list[str]:
         """``multidev <command>`` arguments that give a process these settings (the ones off the default)."""
         if isinstance(self.dataset, Dataset):
-            raise MultidevError("a Dataset object cannot reach other processes: name a dataset (digits, "
-                                "fashion-mnist)")
+            raise MultidevError("a Dataset object cannot reach other processes as an argument: use "
+                                "shareable(folder) first, or give a data set's name or path")
         if self.shard_weights is not None:
             raise MultidevError("shard weights are for one process: leave them out with processes > 1")
         return [command, *_fields.argv(self, type(self), command)]
+
+    def shareable(self, folder: Path) -> "Settings":
+        """These settings as other processes can start them: a data set made in Python saved under ``folder``
+        as ``.npy`` files they map (once per data set), its path in its place."""
+        if not isinstance(self.dataset, Dataset):
+            return self
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.dataset.name) or "data"
+        target = Path(folder) / f"data-{id(self.dataset)}" / name
+        if not target.exists():
+            save_folder(self.dataset, target)
+        return self.replace(dataset=str(target), layout="NCHW")
 
     def agreement(self) -> dict[str, Any]:
         """What every rank of a job must have been started with alike (paths and outputs may differ)."""

@@ -186,3 +186,19 @@ def test_a_definition_reaches_a_worker_as_data():
 def test_a_bad_model_setting_is_one_line(model, says):
     with pytest.raises(MultidevError, match=re.escape(says)):
         Settings(model=model)
+
+
+def test_a_python_data_set_becomes_a_shareable_folder_once(tmp_path):
+    import numpy as np
+
+    from multidev.data import arrays, load_dataset
+    rng = np.random.default_rng(0)
+    data = arrays(rng.integers(0, 256, (20, 4, 4, 1), dtype=np.uint8), np.arange(20) % 2, layout="NHWC",
+                  name="my set")
+    s = Settings(dataset=data, layout="NHWC")
+    shared = s.shareable(tmp_path)
+    assert shared.dataset.endswith("my_set") and shared.layout == "NCHW" and shared.to_argv()
+    assert s.shareable(tmp_path).dataset == shared.dataset  # saved once, found again
+    back = load_dataset(shared.dataset)
+    assert np.array_equal(back.x_train[np.arange(16)], data.x_train) and np.array_equal(back.y_test, data.y_test)
+    assert Settings().shareable(tmp_path) == Settings()
