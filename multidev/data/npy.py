@@ -1,14 +1,19 @@
-"""A folder of ``.npy`` files, memory-mapped: a set larger than memory trains, a minibatch read at a time.
+"""A folder of ``.npy`` files: a set larger than memory trains, a minibatch read at a time.
 
 ``x_train.npy`` and ``y_train.npy`` (and optionally ``x_test.npy``,
-``y_test.npy``), as :func:`multidev.data.arrays` takes them. The samples
-are mapped, never loaded whole; each process reads the pages of its own
-rows. Labels are small and read whole.
+``y_test.npy``), as :func:`multidev.data.arrays` takes them. The samples are
+never loaded whole: :class:`RowFile` reads the rows a minibatch asks for
+with ``os.pread`` (one read per run of consecutive rows), so each process
+reads only its own rows and holds none of the file once they are copied
+out: a memory map's pages would stay in the process's resident memory,
+growing with the set. Labels are small and read whole.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import os
 
 import numpy as np
 
@@ -24,6 +29,48 @@ def is_npy_folder(path: str | Path) -> bool:
     return (Path(path) / "x_train.npy").is_file()
 
 
+class RowFile:
+    """The rows of a C-ordered ``.npy`` file, read on demand: ``shape``, ``dtype`` and ``file[index]``."""
+
+    def __init__(self, path: Path) -> None:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            shape, fortran, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                                     else np.lib.format.read_array_header_2_0(f))
+            self.offset = f.tell()
+        if fortran or dtype.hasobject or not shape:
+            raise ValueError("not an array of numbers in C order, one row per sample")
+        self.path, self.shape, self.dtype = path, tuple(shape), dtype
+        self.row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)
+
+    def __getitem__(self, index: np.ndarray) -> np.ndarray:
+        index = np.asarray(index, dtype=np.int64).reshape(-1)
+        out = np.empty((len(index), *self.shape[1:]), self.dtype)
+        if len(index) == 0:
+            return out
+        order = np.argsort(index, kind="stable")
+        rows = index[order]
+        if rows[0] < 0 or rows[-1] >= len(self):
+            raise IndexError(f"rows {rows[0]}..{rows[-1]} of {self.path}, which has {len(self)}")
+        flat = out.reshape(len(index), -1).view(np.uint8)
+        starts = np.flatnonzero(np.diff(rows, prepend=rows[0] - 2) != 1)  # runs of consecutive rows
+        for a, b in zip(starts, [*starts[1:], len(rows)]):
+            size = int(b - a) * self.row_bytes
+            raw = os.pread(self._fd, size, self.offset + int(rows[a]) * self.row_bytes)
+            if len(raw) != size:
+                raise MultidevError(f"{self.path} is shorter than its header says: write it again with numpy.save")
+            flat[order[a:b]] = np.frombuffer(raw, np.uint8).reshape(int(b - a), -1)
+        return out
+
+
 def _open(path: Path, mapped: bool) -> np.ndarray:
     try:
         return np.load(path, mmap_mode="r" if mapped else None, allow_pickle=False)
@@ -31,8 +78,18 @@ def _open(path: Path, mapped: bool) -> np.ndarray:
         raise MultidevError(f"{path} is not a readable .npy file ({exc}): write it with numpy.save") from None
 
 
+def _rows(path: Path) -> RowFile | np.ndarray:
+    """Rows read on demand where the system can read at an offset, else a memory map."""
+    if not hasattr(os, "pread"):
+        return _open(path, mapped=True)
+    try:
+        return RowFile(path)
+    except (OSError, ValueError) as exc:
+        raise MultidevError(f"{path} is not a readable .npy file ({exc}): write it with numpy.save") from None
+
+
 def _samples(path: Path, layout: str, what: str) -> Pixels:
-    stored = _open(path, mapped=True)
+    stored = _rows(path)
     check_kind(stored.dtype, what)
     sample_shape(stored.shape, layout, what)
     if len(stored) == 0:
@@ -75,10 +132,11 @@ def save_folder(data: Dataset, path: str | Path) -> Path:
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
     for name, x, y in (("train", data.x_train, data.y_train), ("test", data.x_test, data.y_test)):
-        out = np.lib.format.open_memmap(root / f"x_{name}.npy", mode="w+", dtype=np.float32, shape=tuple(x.shape))
-        for start, part in chunks(x):
-            out[start:start + len(part)] = part
-        out.flush()
-        del out
+        header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+                  "shape": tuple(x.shape)}
+        with open(root / f"x_{name}.npy", "wb") as f:
+            np.lib.format.write_array_header_2_0(f, header)
+            for _, part in chunks(x):
+                f.write(np.ascontiguousarray(part, dtype=np.float32).tobytes())
         np.save(root / f"y_{name}.npy", np.asarray(y, dtype=np.int64))
     return root

@@ -79,9 +79,10 @@ def _dataset(value: object) -> Union[str, Dataset]:
         return str(value)
     if isinstance(value, (str, Path)) and Path(value).is_dir():
         return str(value)
-    raise MultidevError(f"unknown data set {value!r}: give {', '.join(DATASETS)}, a .npz file, a folder (of .npy "
-                        f"files, of class folders of images, or a saved Hugging Face set), or (in Python) "
-                        f"multidev.data.arrays(...)")
+    if isinstance(value, Path) or (isinstance(value, str) and ("/" in value or "\\" in value)):
+        raise MultidevError(f"data folder {value} does not exist")
+    raise MultidevError(f"unknown data set {value!r}: give {', '.join(DATASETS)}, a .npz file, a folder (README: "
+                        f"Your data), or (in Python) multidev.data.arrays(...)")
 
 
 def _weights(value: object) -> Optional[tuple[float, ...]]:

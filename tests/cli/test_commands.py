@@ -76,8 +76,10 @@ BAD = {
                                           "path/net.py:function, net.onnx or net.json"),
     "missing model file": (["--model", "nowhere/net.py:build"], "model file nowhere/net.py does not exist: give "
                            "resnet18, lenet, mlp, convnet, path/net.py:function, net.onnx or net.json"),
-    "unknown data set": (["--dataset", "cifar"], "unknown data set 'cifar': give digits, fashion-mnist, synthetic, "
-                                                 "a .npz file, or (in Python) multidev.data.arrays(...)"),
+    "unknown data set": (["--dataset", "cifar"], "unknown data set 'cifar': give digits, fashion-mnist, cifar-10, "
+                                                 "synthetic, a .npz file, a folder (README: Your data), or (in "
+                                                 "Python) multidev.data.arrays(...)"),
+    "missing data folder": (["--dataset", "nowhere/photos/"], "data folder nowhere/photos/ does not exist"),
     "missing data file": (["--dataset", "nowhere/set.npz"], "data file nowhere/set.npz does not exist"),
     "unknown engine": (["--backend", "nope"], re.compile(r"unknown backend 'nope': choose one of [a-z, ]*torch.*")),
     "unwritable output": (["--json", "/nonexistent-folder/out.json"],

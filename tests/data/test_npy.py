@@ -24,13 +24,26 @@ def saved(folder, n=40, test=True, dtype=np.uint8, seed=0):
     return x, y
 
 
-def test_samples_are_memory_mapped_and_read_as_arrays_gives_them(tmp_path):
+def test_samples_are_read_on_demand_as_arrays_gives_them(tmp_path):
     x, y = saved(tmp_path / "set")
     data = npy.folder(tmp_path / "set", layout="NHWC")
-    assert isinstance(data.x_train, Pixels) and isinstance(data.x_train.stored, np.memmap)
+    assert isinstance(data.x_train, Pixels) and isinstance(data.x_train.stored, npy.RowFile)
     want = arrays(x, y, x[:10], y[:10], layout="NHWC")
     assert data.shape == want.shape == (2, 6, 6) and data.num_classes == 3
     assert np.array_equal(data.x_train[np.array([5, 0, 39])], want.x_train[[5, 0, 39]])
+
+
+def test_a_row_file_reads_any_rows_in_the_order_asked(tmp_path):
+    x = np.arange(50 * 3 * 2, dtype=np.float64).reshape(50, 3, 2)
+    np.save(tmp_path / "x.npy", x)
+    rows = npy.RowFile(tmp_path / "x.npy")
+    for index in ([3, 4, 5, 9, 0, 1, 49], [7], [], [2, 2, 1], list(range(50))[::-1], np.arange(50)):
+        assert np.array_equal(rows[np.asarray(index, dtype=np.int64)], x[np.asarray(index, dtype=np.int64)])
+    with pytest.raises(IndexError):
+        rows[np.array([50])]
+    np.save(tmp_path / "f.npy", np.asfortranarray(np.zeros((4, 3))))
+    with pytest.raises(MultidevError, match=r"f\.npy is not a readable \.npy file"):
+        npy._rows(tmp_path / "f.npy")
 
 
 def test_without_test_files_the_arrays_held_out_fraction(tmp_path):
