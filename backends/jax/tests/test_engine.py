@@ -59,7 +59,8 @@ def test_bad_env_override_is_one_clear_line():
 
 
 @pytest.mark.parametrize("start, started_with", [
-    ("jax.config.update('jax_num_cpu_devices', 2); jax.devices()", 2),  # the user fixed the count
+    pytest.param("jax.config.update('jax_num_cpu_devices', 2); jax.devices()", 2,  # the user fixed the count
+                 marks=pytest.mark.slow),  # a second JAX start for the same message: the quick suite keeps one
     ("jax.devices()", 1),  # JAX started with its default before the engine could set it
 ], ids=["user-set", "default"])
 def test_more_devices_than_jax_started_with_is_a_clear_error(start, started_with):
@@ -153,6 +154,7 @@ def test_a_second_run_loads_its_programs_from_the_persistent_cache(tmp_path):
     assert len(folders) == 1, folders  # one folder per CPU kind
 
 
+@pytest.mark.slow  # two JAX starts in child processes
 def test_the_persistent_cache_can_be_switched_off(tmp_path):
     run = _train_json(tmp_path, "off", "off")
     assert run["compile_cached"] == 0 and run["compile_seconds"] > 0
