@@ -125,8 +125,8 @@ class Training:
         except Stopped as stopped:
             self.save(number - 1, stopped.position)
             raise Interrupted(number, stopped.position.step, s.checkpoint, stop.signum) from None
-        _, test_acc, _ = evaluate(self.replicas, self.transforms.test(self.data.x_test), self.data.y_test, s.batch_size, s.shard_weights,
-                                  self.job)
+        _, test_acc, _ = evaluate(self.replicas, self.transforms.test(self.data.x_test), self.data.y_test,
+                                  s.batch_size, s.shard_weights, self.job)
         return EpochRecord(number, loss, train_acc, test_acc, seconds, len(self.data.x_train) / max(seconds, 1e-9),
                            [rate(step) for step in range(1, self.steps_per_epoch + 1)])
 
@@ -191,8 +191,9 @@ def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch =
         check_state(s.recipe.optimizer, spec, start.optimizer_state)
         replicas.load_optimizer_state(start.optimizer_state)  # type: ignore[attr-defined]
     trace = Trace(s.trace, spec) if s.trace is not None else None
+    transforms = Transforms.of(s.augment, s.normalize, data.x_train)  # "auto" reads the training set once
     training = Training(engine, s, job, data, spec, replicas, _result(engine, s, spec, data, chosen, job, start),
-                        start.seed, trace, Rhythm(s.checkpoint_every), Transforms.of(s.augment, s.normalize, data.x_train))
+                        start.seed, trace, Rhythm(s.checkpoint_every), transforms)
     return training.run(start, on_epoch)
 
 

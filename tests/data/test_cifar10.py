@@ -160,7 +160,8 @@ def test_download_from_server_is_verified_and_atomic(tmp_path):
     checksum = _write_archive(tmp_path / "server")
     with _serving(tmp_path / "server") as base:
         x_train, _, x_test, _ = cifar10.load(tmp_path / "cache", url=base + cifar10.FILE, md5=checksum)
-        with pytest.raises(MultidevError, match=r"^cannot download .* \(HTTP 404 File not found\): put cifar-10-binary.tar.gz"):
+        with pytest.raises(MultidevError,
+                           match=r"^cannot download .* \(HTTP 404 File not found\): put cifar-10-binary.tar.gz"):
             cifar10.fetch(tmp_path / "elsewhere", url=base + "nothing-here.tar.gz")
     assert x_train.shape == (sum(N_TRAIN), 3, 32, 32) and x_test.shape == (N_TEST, 3, 32, 32)
     assert (tmp_path / "cache" / cifar10.FILE).read_bytes() == (tmp_path / "server" / cifar10.FILE).read_bytes()
@@ -203,7 +204,8 @@ def test_malformed_member_names_it_and_says_delete(tmp_path, no_network, bad, pr
 
 def test_not_an_archive_is_one_line(tmp_path, no_network):
     (tmp_path / cifar10.FILE).write_bytes(b"not a tar file")
-    with pytest.raises(MultidevError, match=r"^cannot read .*cifar-10-binary.tar.gz \(not a gzip file\): delete it[^\n]*$"):
+    with pytest.raises(MultidevError,
+                       match=r"^cannot read .*cifar-10-binary.tar.gz \(not a gzip file\): delete it[^\n]*$"):
         cifar10.load(tmp_path, md5=md5(tmp_path / cifar10.FILE))
 
 
