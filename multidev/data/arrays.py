@@ -11,9 +11,11 @@ anything trains.
 from __future__ import annotations
 
 from pathlib import Path
+
 import numpy as np
 
 from multidev.data.dataset import Dataset
+from multidev.data.rows import floats
 from multidev.errors import MultidevError
 
 LAYOUTS = ("NCHW", "NHWC")
@@ -45,7 +47,7 @@ def _images(x: np.ndarray, layout: str, what: str) -> np.ndarray:
 def _values(x: object, layout: str, what: str) -> np.ndarray:
     x = np.asarray(x)
     check_kind(x.dtype, what)
-    x = x.astype(np.float32) / np.float32(255) if x.dtype == np.uint8 else x.astype(np.float32)
+    x = floats(x)
     if len(x) == 0:
         raise MultidevError(f"{what} is empty: give at least one sample")
     if not np.all(np.isfinite(x)):

@@ -7,9 +7,10 @@ from typing import Optional
 
 import numpy as np
 
-from multidev.data import fashion_mnist, huggingface, images, npy
+from multidev.data import cifar10, fashion_mnist, huggingface, images, npy
 from multidev.data.arrays import npz
 from multidev.data.dataset import Dataset
+from multidev.data.rows import floats
 from multidev.errors import MultidevError
 
 DATASETS = ("digits", "fashion-mnist", "cifar-10", "synthetic")
@@ -52,8 +53,8 @@ def synthetic(n_train: int = 512, n_test: int = 128, shape: tuple[int, int, int]
 def fashion(data_dir: Optional[str | Path] = None, download: bool = True) -> Dataset:
     """Fashion-MNIST, 28x28, scaled to [0, 1]."""
     x_tr, y_tr, x_te, y_te = fashion_mnist.load(data_dir, download=download)
-    scale = lambda a: (a.astype(np.float32) / 255.0)[:, None]  # noqa: E731
-    return Dataset("fashion-mnist", scale(x_tr), y_tr.astype(np.int64), scale(x_te), y_te.astype(np.int64), 10)
+    return Dataset("fashion-mnist", floats(x_tr)[:, None], y_tr.astype(np.int64), floats(x_te)[:, None],
+                   y_te.astype(np.int64), 10)
 
 
 def load_dataset(name: str, data_dir: Optional[str | Path] = None, layout: str = "NCHW", *,
@@ -77,11 +78,5 @@ def load_dataset(name: str, data_dir: Optional[str | Path] = None, layout: str =
     return images.folder(path, image_size, color, progress=progress)
 
 
-def _cifar10(data_dir: Optional[str | Path]) -> Dataset:
-    from multidev.data import cifar10
-
-    return cifar10.dataset(data_dir)
-
-
 _NAMED = {"digits": lambda _: digits(), "synthetic": lambda _: synthetic(), "fashion-mnist": fashion,
-          "cifar-10": _cifar10}
+          "cifar-10": cifar10.dataset}

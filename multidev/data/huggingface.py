@@ -25,7 +25,7 @@ import numpy as np
 
 from multidev.data.arrays import LAYOUTS, check_kind, class_count, held_out, labels, sample_shape
 from multidev.data.dataset import Dataset
-from multidev.data.rows import Rows
+from multidev.data.rows import Rows, floats, in_core_layout
 from multidev.errors import MultidevError, first_line
 
 #: Pillow modes that hold one channel, read as they are (8-bit gray is scaled to [0, 1], deeper gray kept as numbers)
@@ -64,7 +64,7 @@ def _pixels(image: Any, gray: bool) -> np.ndarray:
     elif image.mode != "RGB":
         image = image.convert("RGB")
     values = np.asarray(image)
-    values = values.astype(np.float32) / np.float32(255) if values.dtype == np.uint8 else values.astype(np.float32)
+    values = floats(values)
     return values[:, :, None] if values.ndim == 2 else values
 
 
@@ -175,10 +175,7 @@ class Column(Rows):
         if x.shape[1:] != self.sample:
             raise MultidevError(f"{self.what} row {stored[0]} holds a sample of shape {x.shape[1:]}, "
                                 f"{self.origin} {self.sample}: give every sample one shape")
-        x = x.astype(np.float32) / np.float32(255) if x.dtype == np.uint8 else x.astype(np.float32)
-        if self.layout == "NHWC" and x.ndim == 4:
-            x = np.transpose(x, (0, 3, 1, 2))
-        return np.ascontiguousarray(x)
+        return in_core_layout(x, self.layout)
 
 
 def _lacking(split: Any, name: str, kind: str, where: str) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from multidev.data.arrays import held_out
 from multidev.data.dataset import Dataset
-from multidev.data.rows import Rows
+from multidev.data.rows import Rows, in_core_layout
 from multidev.errors import MultidevError
 
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -71,7 +71,7 @@ def _listing(root: Path, names: Sequence[str]) -> Listing:
     for number, name in enumerate(names):
         folder = root / name
         files = sorted(p for p in folder.iterdir() if p.suffix.lower() in EXTENSIONS) if folder.is_dir() else []
-        if not files and (root / name).is_dir():
+        if not files and folder.is_dir():
             raise MultidevError(f"class folder {folder} holds no images ({', '.join(EXTENSIONS)}): add some or "
                                 f"remove the folder")
         paths += files
@@ -117,10 +117,10 @@ class Images(Rows):
             raise MultidevError(f"cannot decode the image {path} ({exc}): replace or remove it") from None
 
     def read(self, index: np.ndarray) -> np.ndarray:
-        pixels = np.stack([self._decode(self.paths[int(i)]) for i in index]) if len(index) else \
-            np.zeros((0, *self.shape[2:], *(() if self.mode == "L" else (3,))), np.uint8)
-        pixels = pixels[:, None] if self.mode == "L" else np.transpose(pixels, (0, 3, 1, 2))
-        return np.ascontiguousarray(pixels, dtype=np.float32) / np.float32(255)
+        if not len(index):
+            return np.zeros((0, *self.shape[1:]), np.float32)
+        pixels = np.stack([self._decode(self.paths[int(i)]) for i in index])  # (n, H, W) gray, (n, H, W, 3) RGB
+        return in_core_layout(pixels[..., None] if self.mode == "L" else pixels, "NHWC")
 
 
 def _shape(listings: Sequence[Listing], headers: list, size: Optional[tuple[int, int]], color: str):

@@ -11,15 +11,14 @@ growing with the set. Labels are small and read whole.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import os
+from pathlib import Path
 
 import numpy as np
 
 from multidev.data.arrays import check_kind, class_count, held_out, labels, sample_shape
 from multidev.data.dataset import Dataset
-from multidev.data.rows import Pixels, Taken, check_finite
+from multidev.data.rows import Pixels, Taken, check_finite, chunks
 from multidev.errors import MultidevError
 
 NAMES = ("x_train", "y_train", "x_test", "y_test")
@@ -71,25 +70,19 @@ class RowFile:
         return out
 
 
-def _open(path: Path, mapped: bool) -> np.ndarray:
+def _open(path: Path, mapped: bool = False) -> RowFile | np.ndarray:
+    """The array of a ``.npy`` file: whole, or (``mapped``) its rows read on demand where the system can read at
+    an offset, else memory-mapped; one line when the file is not one."""
     try:
+        if mapped and hasattr(os, "pread"):
+            return RowFile(path)
         return np.load(path, mmap_mode="r" if mapped else None, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise MultidevError(f"{path} is not a readable .npy file ({exc}): write it with numpy.save") from None
 
 
-def _rows(path: Path) -> RowFile | np.ndarray:
-    """Rows read on demand where the system can read at an offset, else a memory map."""
-    if not hasattr(os, "pread"):
-        return _open(path, mapped=True)
-    try:
-        return RowFile(path)
-    except (OSError, ValueError) as exc:
-        raise MultidevError(f"{path} is not a readable .npy file ({exc}): write it with numpy.save") from None
-
-
 def _samples(path: Path, layout: str, what: str) -> Pixels:
-    stored = _rows(path)
+    stored = _open(path, mapped=True)
     check_kind(stored.dtype, what)
     sample_shape(stored.shape, layout, what)
     if len(stored) == 0:
@@ -112,10 +105,10 @@ def folder(path: str | Path, layout: str = "NCHW", *, test_fraction: float = 0.2
         raise MultidevError(f"{root} has only one of x_test.npy and y_test.npy: give both, or neither (a seeded "
                             f"fraction is then held out)")
     x = _samples(files["x_train"], layout, "x_train")
-    y = labels(_open(files["y_train"], mapped=False), len(x), "y_train")
+    y = labels(_open(files["y_train"]), len(x), "y_train")
     if files["x_test"].is_file():
         xt = _samples(files["x_test"], layout, "x_test")
-        yt = labels(_open(files["y_test"], mapped=False), len(xt), "y_test")
+        yt = labels(_open(files["y_test"]), len(xt), "y_test")
         if xt.shape[1:] != x.shape[1:]:
             raise MultidevError(f"x_test's samples are {xt.shape[1:]}, x_train's {x.shape[1:]}: give them one shape")
         return Dataset(root.name, x, y, xt, yt, class_count(y, yt))
@@ -127,8 +120,6 @@ def save_folder(data: Dataset, path: str | Path) -> Path:
     """``data`` written as a folder of ``.npy`` files (float32, the core's layout) that :func:`folder` reads back
     as the same numbers: how a data set made in Python reaches the processes of a job. Written in chunks, so a
     set read from files is never whole in memory."""
-    from multidev.data.rows import chunks
-
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
     for name, x, y in (("train", data.x_train, data.y_train), ("test", data.x_test, data.y_test)):

@@ -2,8 +2,8 @@
 
 The core reads a minibatch as ``x[index]`` with an array of sample numbers;
 NumPy arrays do that in memory, a :class:`Rows` does it by reading (a
-memory-mapped file's rows, image files decoded with Pillow) only the rows
-asked for. Each process asks only for its own rows, so memory stays flat as
+``.npy`` file's rows at their offsets, image files decoded with Pillow) only
+the rows asked for. Each process asks only for its own rows, so memory stays flat as
 the set grows.
 """
 
@@ -14,6 +14,23 @@ from typing import Callable, Union
 import numpy as np
 
 from multidev.errors import MultidevError
+
+
+def floats(x: np.ndarray) -> np.ndarray:
+    """Samples as the core's float32: uint8 pixels ``x.astype(float32) / 255`` (in [0, 1]), other numbers cast.
+
+    The one formula of every reader (contract: The user's data), so the same pixels from an array, a file or an
+    image give the same numbers.
+    """
+    return x.astype(np.float32) / np.float32(255) if x.dtype == np.uint8 else x.astype(np.float32)
+
+
+def in_core_layout(x: np.ndarray, layout: str) -> np.ndarray:
+    """Stored samples as the core's contiguous float32, images turned from NHWC to NCHW where ``layout`` says."""
+    x = floats(x)
+    if layout == "NHWC" and x.ndim == 4:
+        x = np.transpose(x, (0, 3, 1, 2))
+    return np.ascontiguousarray(x)
 
 
 class Rows:
@@ -52,7 +69,7 @@ Samples = Union[np.ndarray, Rows]
 
 
 class Pixels(Rows):
-    """Stored arrays (memory-mapped or not) put in the core's layout per read: uint8 scaled to [0, 1], NHWC
+    """Stored arrays (in memory, or a file's rows) put in the core's layout per read: uint8 scaled to [0, 1], NHWC
     turned to NCHW, any number to float32."""
 
     def __init__(self, stored: np.ndarray, layout: str = "NCHW") -> None:
@@ -63,11 +80,7 @@ class Pixels(Rows):
         super().__init__((len(stored), *sample))
 
     def read(self, index: np.ndarray) -> np.ndarray:
-        x = np.asarray(self.stored[index])
-        x = x.astype(np.float32) / np.float32(255) if x.dtype == np.uint8 else x.astype(np.float32)
-        if self.layout == "NHWC" and x.ndim == 4:
-            x = np.transpose(x, (0, 3, 1, 2))
-        return np.ascontiguousarray(x)
+        return in_core_layout(np.asarray(self.stored[index]), self.layout)
 
 
 class Mapped(Rows):

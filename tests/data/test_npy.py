@@ -43,7 +43,7 @@ def test_a_row_file_reads_any_rows_in_the_order_asked(tmp_path):
         rows[np.array([50])]
     np.save(tmp_path / "f.npy", np.asfortranarray(np.zeros((4, 3))))
     with pytest.raises(MultidevError, match=r"f\.npy is not a readable \.npy file"):
-        npy._rows(tmp_path / "f.npy")
+        npy._open(tmp_path / "f.npy", mapped=True)
 
 
 def test_without_test_files_the_arrays_held_out_fraction(tmp_path):
