@@ -11,12 +11,13 @@ from multidev.engines.capabilities import CAPABILITIES
 from multidev.engines.idioms import MultiProcess, ReplicaStates, labels, predictions
 from multidev.engines.lockstep import AllGather, combine_moments, run_lockstep
 from multidev.engines.protocol import Backend, BatchT, MultiProcessBackend, OptimizerState, Replicas, Setup, StepStats
-from multidev.errors import MultidevError, first_line
+from multidev.errors import MultidevError, PeerLost, first_line
 from multidev.nn.layers import LN_EPS
 from multidev.nn.zoo import Block, resnet18_blocks
 from multidev.processes.group import ProcessGroup
-from multidev.processes.launch import Launch
-from multidev.processes.spawn import Helper, cause, spawn, worker_failed
+from multidev.processes.faults import JobStopped, Restart, restart
+from multidev.processes.launch import Launch, parse_master
+from multidev.processes.spawn import GRACE, Helper, cause, spawn, worker_failed
 from multidev.processes.threads import usable_cores
 from multidev.rules.batchnorm import BN_EPS, BN_MOMENTUM, running_statistic, statistic_sources
 from multidev.rules.devices import Device
@@ -31,6 +32,8 @@ __all__ = [
     "OptimizerState", "PRECISIONS", "Param", "Placed", "ProcessGroup", "STEP", "check_state", "slot_name",
     "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments",
     "resnet18_blocks", "run_lockstep", "running_statistic", "spawn", "statistic_sources", "worker_failed",
+    # restarts after a fault and signals passed on, for an engine whose framework brings its own launcher
+    "GRACE", "JobStopped", "PeerLost", "Restart", "parse_master", "restart",
     # idioms every engine shares (multidev.engines.idioms; first_line from multidev.errors), and the cores a
     # process may run on
     "MultiProcess", "ReplicaStates", "first_line", "labels", "predictions", "usable_cores",

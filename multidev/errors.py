@@ -9,6 +9,10 @@ class MultidevError(Exception):
     """A mistake the user can fix; the command line prints it as one line, no traceback."""
 
 
+class PeerLost(MultidevError):
+    """This worker's job lost another process; its launcher names which, and may start the job again."""
+
+
 class BackendNotInstalled(MultidevError):
     """The engine is known but its package (or its framework) is missing."""
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from multidev.cli.parser import parser
-from multidev.errors import MultidevError
+from multidev.errors import MultidevError, PeerLost
+from multidev.processes.faults import will_restart
 from multidev.processes.threads import apply_threads
 from multidev.settings.run import from_args
 from multidev.training.interrupt import Interrupted
@@ -122,12 +123,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             os.environ["MULTIDEV_COMPILE_CACHE"] = "off"
         commands = {"train": _train, "compare": _compare, "backends": lambda _: _backends(), "export": _export}
         return commands[args.command](args)
+    except PeerLost as exc:  # the launcher names the process that ended; when it restarts the job, that is all
+        if not will_restart():
+            print(f"multidev: error: {exc}", file=sys.stderr)
+        return 2
     except MultidevError as exc:
         print(f"multidev: error: {exc}", file=sys.stderr)
         return 2
     except Interrupted as stopped:  # the work is saved; say where and how to go on
         print(f"multidev: {stopped}", file=sys.stderr)
-        return 130
+        return 128 + stopped.signum  # as a shell reports a process the signal ended: 130 for Ctrl-C, 143 for SIGTERM
     except KeyboardInterrupt:
         print("multidev: interrupted", file=sys.stderr)
         return 130

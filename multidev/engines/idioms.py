@@ -25,6 +25,7 @@ from multidev.rules.split import Shards
 
 if TYPE_CHECKING:
     from multidev.engines.protocol import Setup
+    from multidev.processes.faults import Restart
     from multidev.processes.group import ProcessGroup
     from multidev.processes.launch import Launch
 
@@ -73,8 +74,8 @@ class MultiProcess:
 
     distributed: ClassVar[ModuleType]
 
-    def launch(self, argv: Sequence[str], launch: "Launch") -> None:
-        self.distributed.launch(argv, launch)
+    def launch(self, argv: Sequence[str], launch: "Launch") -> "Sequence[Restart]":
+        return self.distributed.launch(argv, launch)
 
     def join(self, group: "ProcessGroup", local_rank: int) -> None:
         self.distributed.join(group, local_rank)

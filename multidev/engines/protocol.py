@@ -27,6 +27,7 @@ from multidev.rules.precision import check_accumulate, check_dtype, check_precis
 from multidev.rules.split import Shards
 
 if TYPE_CHECKING:
+    from multidev.processes.faults import Restart
     from multidev.processes.launch import Launch
 
 
@@ -182,11 +183,16 @@ class Backend(Protocol):
 class MultiProcessBackend(Backend, Protocol):
     """What an engine that claims ``multi_process`` adds: its framework's own launcher, runtime and sums."""
 
-    def launch(self, argv: Sequence[str], launch: "Launch") -> None:
+    def launch(self, argv: Sequence[str], launch: "Launch") -> "Sequence[Restart]":
         """Run ``python -m multidev <argv>`` as ``launch.processes`` workers here, through the framework's launcher.
 
-        Returns when every worker has finished. When one fails, the others are
-        stopped and a ``MultidevError`` names its rank and how it ended.
+        Returns when every worker has finished, with the restarts it made.
+        When one fails, the others are stopped and, up to
+        ``launch.max_restarts`` times, all start again with
+        ``TORCHELASTIC_RESTART_COUNT`` set (``multidev.engine.restart`` says
+        so in one line and makes the record); then a ``MultidevError`` names
+        its rank and how it ended. SIGINT or SIGTERM is passed on to the
+        workers and ``JobStopped`` raised once they have stopped.
         """
 
     def join(self, group: ProcessGroup, local_rank: int) -> None:

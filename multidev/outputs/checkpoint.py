@@ -77,6 +77,13 @@ def spec_of(path: str | Path) -> ModelSpec:
     return _meta(Path(path), _arrays(Path(path), META))[0]
 
 
+def resumes_at(path: str | Path) -> tuple[int, int]:
+    """(epoch, step): where a run resumed from this checkpoint goes on (step 0: the epoch's start)."""
+    meta = _meta(Path(path), _arrays(Path(path), META))[1]
+    position = meta.get("position")
+    return (int(position["epoch"]), int(position["step"])) if position else (int(meta["epoch"]) + 1, 0)
+
+
 def _read(path: str | Path) -> tuple[ModelSpec, State, dict[str, Any]]:
     """(spec, every array, meta) of a checkpoint, read once and checked; a bad file is a one-line error."""
     arrays = _arrays(Path(path))

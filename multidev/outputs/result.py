@@ -40,6 +40,8 @@ class Result:
     version: str = ""
     #: optimizer, schedule, accumulation and precision (``multidev.settings.recipe.Recipe.settings``)
     recipe: dict[str, Any] = field(default_factory=dict)
+    #: the job's restarts after a fault (``--max-restarts``): attempt, failed, how, epoch, step
+    restarts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def test_acc(self) -> Optional[float]:
@@ -63,8 +65,9 @@ class Result:
 
     def summary(self) -> str:
         """The book's closing line."""
+        restarted = f", after {len(self.restarts)} restart(s)" if self.restarts else ""
         return (f"test acc: {self.test_acc:.2f}, {self.sec_per_epoch:.1f} sec/epoch "
-                f"on [{', '.join(self.devices)}]")
+                f"on [{', '.join(self.devices)}]{restarted}")
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

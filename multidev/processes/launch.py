@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from multidev.errors import MultidevError
 
@@ -24,7 +25,9 @@ class Launch:
     nnodes: int = 1              # machines in the job
     node_rank: int = 0           # this machine's place among them
     master: str = DEFAULT_MASTER  # where the workers meet (node 0 listens there)
-    timeout: float = 60.0        # seconds to wait for every machine to arrive
+    timeout: float = 60.0        # seconds to wait for every machine to arrive (and, done, for the others to end)
+    max_restarts: int = 0        # times the job starts again after a worker dies (--max-restarts)
+    checkpoint: Optional[str] = None  # what a restarted job resumes from (rank 0 writes it)
 
     def __post_init__(self) -> None:
         if self.processes < 1 or self.nnodes < 1:

@@ -18,25 +18,17 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Optional, Sequence
 
 from multidev.errors import MultidevError
+from multidev.processes.faults import MAX_RESTARTS, RESTART_COUNT, JobStopped, Restart, how, restart
 from multidev.processes.launch import Launch, parse_master
 
 #: seconds a stopped worker gets to save and leave before it is killed
 GRACE = 60.0
-
-
-def _how(code: int) -> str:
-    """How a process ended, from its exit ``code`` (negative: the signal that killed it)."""
-    if code >= 0:
-        return f"exited with code {code} (its own error line is above)"
-    try:
-        return f"was killed by {signal.Signals(-code).name}"
-    except ValueError:
-        return f"was killed by signal {-code}"
 
 
 def cause(failures: Sequence[tuple[int, int]]) -> tuple[int, int]:
@@ -50,10 +42,13 @@ def cause(failures: Sequence[tuple[int, int]]) -> tuple[int, int]:
     return (killed or list(failures))[0]
 
 
+def job_failed(what: str, code: int) -> MultidevError:
+    """The one line a launcher ends a job with when ``what`` ended with exit ``code`` (negative: a signal)."""
+    return MultidevError(f"{what} {how(code)}: the job was stopped (a checkpoint on disk is whole: --resume it)")
+
+
 def worker_failed(rank: int, code: int) -> MultidevError:
-    """The one line a launcher ends a job with when worker ``rank`` ended with exit ``code`` (negative: a signal)."""
-    return MultidevError(f"worker rank {rank} {_how(code)}: the job was stopped (a checkpoint on disk is whole: "
-                         f"--resume it)")
+    return job_failed(f"worker rank {rank}", code)
 
 
 def check_port(master: str) -> None:
@@ -96,42 +91,103 @@ def _start(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", *argv], env=dict(os.environ, **env), start_new_session=True)
 
 
-def spawn(argv: Sequence[str], launch: Launch, env: Mapping[str, str] | None = None,
-          helpers: Sequence[Helper] = ()) -> None:
-    """Run ``python -m multidev <argv>`` as this machine's workers of the job; return when all have finished.
+class _Signals:
+    """SIGINT and SIGTERM while the job runs: the first is passed on to the workers, who stop at a step boundary
+    and save; a second is passed on too, and ends them at once (contract: Checkpoints and interruption)."""
 
-    ``env`` is added to every worker's environment, and ``helpers`` run beside
-    them until the workers are done (they are then given ``GRACE`` seconds to end).
-    """
+    def __init__(self) -> None:
+        self.signum: Optional[int] = None
+        self.workers: list[subprocess.Popen] = []
+        self._previous: dict = {}
+
+    def __enter__(self) -> "_Signals":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._caught) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+    def _caught(self, signum, frame) -> None:
+        if self.signum is not None:  # the second: passed on at once (the first is, by the launcher's loop)
+            for worker in self.workers:
+                if worker.poll() is None:
+                    worker.send_signal(signum)
+        self.signum = signum
+
+
+def _failure(workers: list[subprocess.Popen], served: list[subprocess.Popen], helpers: Sequence[Helper],
+             first_rank: int) -> Optional[tuple[str, int]]:
+    """What ended first, and its exit code, when a worker or a helper has failed; None while all is well."""
+    failed = [(first_rank + i, w.returncode) for i, w in enumerate(workers) if w.poll() not in (None, 0)]
+    if failed:
+        rank, code = cause(failed)
+        return f"worker rank {rank}", code
+    broken = [(f"the {h.name}", p.returncode) for h, p in zip(helpers, served) if p.poll() not in (None, 0)]
+    return broken[0] if broken else None
+
+
+def _attempt(argv: Sequence[str], launch: Launch, env: Mapping[str, str], helpers: Sequence[Helper],
+             signals: _Signals, attempt: int) -> Optional[tuple[str, int]]:
+    """One start of this machine's workers (and helpers): None when all finished, else what failed first."""
     host, port = parse_master(launch.master)
     if launch.node_rank == 0:
         check_port(launch.master)
     served = [_start(helper.argv, helper.env) for helper in helpers]
-    workers = [_start(["multidev", *argv], dict(env or {}, RANK=str(launch.node_rank * launch.processes + local),
-                                                WORLD_SIZE=str(launch.size), LOCAL_RANK=str(local),
-                                                LOCAL_WORLD_SIZE=str(launch.processes), MASTER_ADDR=host,
-                                                MASTER_PORT=str(port)))
+    first = launch.node_rank * launch.processes
+    workers = [_start(["multidev", *argv], dict(env, RANK=str(first + local), WORLD_SIZE=str(launch.size),
+                                                LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(launch.processes),
+                                                MASTER_ADDR=host, MASTER_PORT=str(port),
+                                                **{RESTART_COUNT: str(attempt),
+                                                   MAX_RESTARTS: str(launch.max_restarts)}))
                for local in range(launch.processes)]
+    signals.workers = workers
     try:
-        while True:
-            codes = [w.poll() for w in workers]
-            failed = [(launch.node_rank * launch.processes + i, c) for i, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
+        while signals.signum is None:
+            failed = _failure(workers, served, helpers, first)
+            if failed is not None:
                 _stop(workers + served, signal.SIGKILL, 5.0)  # the rest would wait on the dead one
-                raise worker_failed(*cause(failed))
-            broken = [(h, p.returncode) for h, p in zip(helpers, served) if p.poll() not in (None, 0)]
-            if broken:
-                _stop(workers + served, signal.SIGKILL, 5.0)
-                helper, code = broken[0]
-                raise MultidevError(f"the {helper.name} {_how(code)}: the job was stopped (a checkpoint on disk is "
-                                    f"whole: --resume it)")
-            if all(c == 0 for c in codes):
+                return failed
+            if all(w.poll() == 0 for w in workers):
                 _stop(served, 0, GRACE)  # they end once every machine's workers have said goodbye
-                return
+                return None
             time.sleep(0.1)
-    except KeyboardInterrupt:  # every worker stops at the same step boundary; rank 0 saves
-        _stop(workers, signal.SIGINT, GRACE)
+        _stop(workers, signals.signum, GRACE)  # every worker stops at a step boundary; rank 0 saves
         _stop(served, 0, GRACE)
-        raise
+        raise JobStopped(signals.signum)
     finally:
         _stop(workers + served, signal.SIGKILL, 5.0)
+
+
+def _moved(master: str, attempt: int) -> str:
+    """Where the ``attempt``-th start meets: the port after the last one's, so no survivor of it is met."""
+    host, port = parse_master(master)
+    return f"{host}:{port + attempt}"
+
+
+Prepare = Callable[[Launch], tuple[Mapping[str, str], Sequence[Helper]]]
+
+
+def spawn(argv: Sequence[str], launch: Launch, prepare: Optional[Prepare] = None) -> list[Restart]:
+    """Run ``python -m multidev <argv>`` as this machine's workers of the job; return when all have finished.
+
+    ``prepare(launch)`` gives what every worker's environment adds and the
+    ``helpers`` that run beside them until the workers are done (they are
+    then given ``GRACE`` seconds to end). When a worker or a helper fails,
+    the rest are stopped and, up to ``launch.max_restarts`` times, all start
+    again, the k-th time at ``--master``'s port + k; the restarts are returned.
+    """
+    restarts: list[Restart] = []
+    with _Signals() as signals:
+        for attempt in range(launch.max_restarts + 1):
+            here = replace(launch, master=_moved(launch.master, attempt))
+            env, helpers = prepare(here) if prepare is not None else ({}, ())
+            failed = _attempt(argv, here, env, helpers, signals, attempt)
+            if failed is None:
+                return restarts
+            what, code = failed
+            if attempt == launch.max_restarts:
+                raise job_failed(what, code)
+            restarts.append(restart(attempt + 1, launch.max_restarts, what, code, launch.checkpoint))
+    return restarts

@@ -39,6 +39,8 @@ from multidev.training.rhythm import every
 RECIPE = "recipe (docs/contract.md: Optimizers, Learning-rate schedules, Gradient accumulation, Mixed precision)"
 JOB = "processes and machines (docs/contract.md: Process groups)"
 OUTPUT = "outputs"
+#: ``--resume auto``: from the run's own ``--checkpoint`` when that file exists
+AUTO = "auto"
 
 
 def _positive(what: str):
@@ -178,6 +180,10 @@ class Settings:
                              commands=("train",), group=JOB)
     master: str = setting(DEFAULT_MASTER, "--master", "HOST:PORT where the workers meet (machine 0)", agree=False,
                           commands=("train",), group=JOB)
+    max_restarts: int = setting(0, "--max-restarts", "when a worker dies, stop the others and start the job again "
+                                "from its last checkpoint, up to this many times", type=int,
+                                check=lambda v: whole_number(v, "--max-restarts", 0), agree=False,
+                                commands=("train",), group=JOB)
     # outputs: rank 0 alone writes them
     checkpoint: Optional[str] = setting(None, "--checkpoint", "save the model here after every epoch (atomically)",
                                         check=_path, agree=False, commands=("train",), group=OUTPUT)
@@ -185,8 +191,9 @@ class Settings:
         None, "--checkpoint-every", "also save mid-epoch, every this many updates (e.g. 50) or this long (e.g. "
         "10m, 90s, 1h), so a stopped job loses at most that much", check=every, agree=False, commands=("train",),
         group=OUTPUT)
-    resume: Optional[str] = setting(None, "--resume", "continue from this checkpoint", check=_path,
-                                    agree="presence", commands=("train",), group=OUTPUT)
+    resume: Optional[str] = setting(None, "--resume", "continue from this checkpoint; auto: from --checkpoint's "
+                                    "file when it exists, so the same command run again goes on where it stopped",
+                                    check=_path, agree="presence", commands=("train",), group=OUTPUT)
     trace: Optional[str] = setting(None, "--trace", "folder to keep the parameters of the first steps and every "
                                    "epoch in", check=_path, agree=False, commands=("train",), group=OUTPUT)
     json: Optional[str] = setting(None, "--json", "write the result as JSON here", check=_path, agree=False,
@@ -214,10 +221,13 @@ class Settings:
                         Schedule(self.schedule, self.milestones, self.factor, self.warmup_steps, self.warmup_epochs),
                         self.accumulate, self.precision, self.tf32)
         check_precision(self.precision, self.dtype)
-        if self.checkpoint_every is not None and self.checkpoint is None:
-            raise MultidevError("--checkpoint-every needs --checkpoint PATH: the file to save to")
+        if self.checkpoint_every is not None and self.checkpoint is None and not self.max_restarts:
+            raise MultidevError("--checkpoint-every needs --checkpoint PATH (or --max-restarts): the file to save to")
+        if self.resume == AUTO and self.checkpoint is None:
+            raise MultidevError("--resume auto needs --checkpoint PATH: the file it resumes from when it exists")
         object.__setattr__(self, "_recipe", recipe)
-        object.__setattr__(self, "_launch", Launch(self.processes, self.nnodes, self.node_rank, self.master))
+        object.__setattr__(self, "_launch", Launch(self.processes, self.nnodes, self.node_rank, self.master,
+                                                          max_restarts=self.max_restarts, checkpoint=self.checkpoint))
 
     @property
     def recipe(self) -> Recipe:

@@ -11,7 +11,10 @@ from multidev.errors import MultidevError
 from multidev.outputs.result import Result
 from multidev.processes.group import Joined, from_environment
 from multidev.settings import fields
-from multidev.settings.run import DEFAULTS, Settings, described
+from multidev.processes.faults import JobStopped, resumes_at
+from multidev.settings.run import AUTO, DEFAULTS, Settings, described
+from multidev.training.interrupt import Interrupted
+from multidev.training.resume import check_unfinished, starting_point
 from multidev.training.run import OnEpoch, run_here, run_in_group
 
 __all__ = ["DEFAULTS", "train"]
@@ -23,8 +26,13 @@ def _launched(engine: Backend, s: Settings, joined: Optional[Joined], on_epoch: 
     if joined is not None:
         raise MultidevError(f"this process is already rank {joined.group.rank} of {joined.group.size} (started "
                             f"by a launcher): drop --processes and --nnodes")
+    if s.resume not in (None, AUTO):  # one line here, not one from each worker
+        check_unfinished(s.resume, s.epochs)
     from multidev.processes.workers import launch_train
-    result = launch_train(engine, s)
+    try:
+        result = launch_train(engine, s)
+    except JobStopped as stopped:  # every worker stopped at a step boundary; say where the job stands
+        raise Interrupted(*resumes_at(s.checkpoint), s.checkpoint, stopped.signum) from None
     for record in result.epochs if on_epoch is not None else []:
         on_epoch(record)
     return result
@@ -71,6 +79,7 @@ def train(backend: str | Backend | None = None, *, settings: Optional[Settings] 
         if s.node_rank == 0 and s.plot is not None and result.epochs:
             _write(result, s.replace(json=None))  # the workers' rank 0 wrote the JSON
         return result
+    s = starting_point(s)
     if joined is None or joined.group.size == 1:
         result = run_here(engine, s, on_epoch=on_epoch)
     else:

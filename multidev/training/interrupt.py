@@ -21,13 +21,15 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class Interrupted(KeyboardInterrupt):
     """Training stopped on a signal, at a step boundary; ``checkpoint`` holds the work done, if one was asked for."""
 
-    def __init__(self, epoch: int, step: int, checkpoint: Optional[str], signum: int) -> None:
-        self.epoch, self.step, self.checkpoint, self.signum = epoch, step, checkpoint, signum
+    def __init__(self, epoch: int, step: int, checkpoint: Optional[str], signum: Optional[int]) -> None:
+        # a rank may stop because another rank was signalled: it counts as Ctrl-C
+        self.epoch, self.step, self.checkpoint, self.signum = epoch, step, checkpoint, signum or signal.SIGINT
         where = f"interrupted at epoch {epoch}, step {step}"
         if checkpoint is None:
             message = f"{where}: nothing saved (train with --checkpoint PATH to keep the work done)"
         else:
-            message = f"{where}: checkpoint saved to {checkpoint}; --resume {checkpoint} to continue"
+            message = (f"{where}: checkpoint saved to {checkpoint}; --resume {checkpoint} (or the same command with "
+                       f"--resume auto) to continue")
         super().__init__(message)
 
 

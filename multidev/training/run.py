@@ -61,8 +61,6 @@ def resume_from(s: Settings, spec: ModelSpec) -> Start:
     if meta.get("position"):
         start.position = Position(**meta["position"])
         start.first = start.position.epoch
-    if start.first > s.epochs:
-        raise MultidevError(f"nothing to train: {s.resume} is already at epoch {start.first - 1}; raise --epochs")
     return start
 
 

@@ -50,6 +50,7 @@ OFF_DEFAULT = {
     "nnodes": {"nnodes": 2},
     "node_rank": {"node_rank": 1, "nnodes": 2},
     "master": {"master": "10.1.2.3:1234"},
+    "max_restarts": {"max_restarts": 2, "processes": 2},
     "checkpoint": {"checkpoint": "ck.npz"},
     "checkpoint_every": {"checkpoint_every": "10m", "checkpoint": "ck.npz"},
     "resume": {"resume": "ck.npz"},

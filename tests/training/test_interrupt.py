@@ -92,25 +92,32 @@ AUGMENTED = ["--augment", "crop,flip", "--normalize", "auto"]
                                                                 marks=pytest.mark.slow)],
                          ids=["fake-SIGINT", "fake-SIGTERM", "torch-SIGINT", "torch-SIGINT-augmented"])
 def test_signal_mid_epoch_saves_and_resume_equals_uninterrupted(tmp_path, engine, signum, extra):
+    """Preemption as clusters do it: a signal, then the same command again (``--resume auto``)."""
     straight, stopped = tmp_path / "straight.npz", tmp_path / "stopped.npz"
     train = [*TRAIN, "--backend", engine, *extra]
     done = multidev([*train, "--checkpoint", str(straight)], tmp_path)
     assert done.returncode == 0, done.stderr
+    again = [*train, "--checkpoint", str(stopped), "--resume", "auto"]  # no checkpoint yet: a fresh start
     # step 39 overall is epoch 2, step 7
-    proc = multidev([*train, "--checkpoint", str(stopped)], tmp_path, {39: [int(signum)]})
-    assert proc.returncode == 130, proc.stderr
+    proc = multidev(again, tmp_path, {39: [int(signum)]})
+    assert proc.returncode == 128 + signum, proc.stderr  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
     assert proc.stderr.strip().splitlines() == [
-        f"multidev: interrupted at epoch 2, step 7: checkpoint saved to {stopped}; --resume {stopped} to continue"]
+        f"multidev: interrupted at epoch 2, step 7: checkpoint saved to {stopped}; --resume {stopped} (or the same "
+        f"command with --resume auto) to continue"]
     _, meta = final_state(stopped)
     assert meta["epoch"] == 1 and meta["position"]["epoch"] == 2 and meta["position"]["step"] == 7
-    resumed = multidev([*train, "--resume", str(stopped), "--checkpoint", str(stopped)], tmp_path)
+    resumed = multidev(again, tmp_path)
     assert resumed.returncode == 0, resumed.stderr
+    assert "epoch 1/2" not in resumed.stdout and "epoch 2/2" in resumed.stdout, resumed.stdout
     want, want_meta = final_state(straight)
     got, got_meta = final_state(stopped)
     assert got_meta["epoch"] == 2 and not got_meta.get("position")
     for name in want:  # bit for bit: the same steps on the same batches from the same weights
         assert np.array_equal(got[name], want[name]), f"{name} differs after resuming"
     assert got_meta["history"][1]["loss"] == want_meta["history"][1]["loss"]
+    finished = multidev(again, tmp_path)  # a third time: nothing left to train, the saved result
+    assert finished.returncode == 0 and "epoch 2/2" not in finished.stdout, finished.stdout + finished.stderr
+    assert f"test acc: {want_meta['history'][1]['test_acc']:.2f}" in finished.stdout, finished.stdout
 
 
 def test_second_signal_exits_at_once_and_keeps_the_previous_checkpoint(tmp_path):

@@ -19,7 +19,7 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from multidev.engine import Launch, MultidevError, ProcessGroup, first_line, spawn
+from multidev.engine import Launch, MultidevError, ProcessGroup, Restart, first_line, spawn
 
 from .devices import configure_cpu_devices
 
@@ -27,9 +27,9 @@ from .devices import configure_cpu_devices
 HEARTBEAT_SECONDS = 10
 
 
-def launch(argv: Sequence[str], launch: Launch) -> None:
+def launch(argv: Sequence[str], launch: Launch) -> list[Restart]:
     """``python -m multidev <argv>`` as ``launch.processes`` workers on this machine, by the core's launcher."""
-    spawn(argv, launch)
+    return spawn(argv, launch)
 
 
 def join(group: ProcessGroup, local_rank: int) -> None:

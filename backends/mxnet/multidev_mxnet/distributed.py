@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from multidev.engine import Helper, Launch, MultidevError, ProcessGroup, first_line, spawn
+from multidev.engine import Helper, Launch, MultidevError, ProcessGroup, Restart, first_line, spawn
 
 from .runtime import mxnet
 
@@ -61,14 +61,18 @@ def environment(launch: Launch) -> dict[str, str]:
             "DMLC_NUM_WORKER": str(launch.size), "PS_HEARTBEAT_INTERVAL": str(HEARTBEAT_SECONDS)}
 
 
-def launch(argv: Sequence[str], launch: Launch) -> None:
+def launch(argv: Sequence[str], launch: Launch) -> list[Restart]:
     """``python -m multidev <argv>`` as ``launch.processes`` workers, with this machine's server (and scheduler)."""
-    common = environment(launch)
     serve = ["multidev_mxnet.serve", "--", *argv]  # the job's arguments only name it in `ps`
-    helpers = [Helper("mxnet server", serve, dict(common, **{ROLE_ENV: "server"}))]
-    if launch.node_rank == 0:
-        helpers.insert(0, Helper("mxnet scheduler", serve, dict(common, **{ROLE_ENV: "scheduler"})))
-    spawn(argv, launch, dict(common, DMLC_ROLE="worker"), helpers)
+
+    def prepare(here: Launch) -> tuple[dict[str, str], list[Helper]]:  # each start meets at a port of its own
+        common = environment(here)
+        helpers = [Helper("mxnet server", serve, dict(common, **{ROLE_ENV: "server"}))]
+        if here.node_rank == 0:
+            helpers.insert(0, Helper("mxnet scheduler", serve, dict(common, **{ROLE_ENV: "scheduler"})))
+        return dict(common, DMLC_ROLE="worker"), helpers
+
+    return spawn(argv, launch, prepare)
 
 
 def join(group: ProcessGroup, local_rank: int) -> None:

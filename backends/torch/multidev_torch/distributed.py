@@ -1,9 +1,9 @@
 """One process per device on torch's own runtime: the elastic launcher, ``torch.distributed`` and its sums.
 
-``launch`` is torchrun's machinery (``torch.distributed.launcher``) with the
-static rendezvous, so ``--node-rank`` fixes the ranks and machine 0 hosts the
-store at ``--master``; one worker's death stops the others within about a
-second. Workers meet through ``init_process_group`` on gloo (NCCL on GPUs).
+``launch`` is torchrun's machinery (torch's elastic agent) with the static
+rendezvous, so ``--node-rank`` fixes the ranks and machine 0 hosts the store
+at ``--master``; one worker's death stops the others within about a second,
+and the agent restarts them all (``--max-restarts``). Workers meet through ``init_process_group`` on gloo (NCCL on GPUs).
 
 ``launch``, ``join``, ``leave`` and ``all_sum`` are the four every engine's
 distributed.py defines, with the same signatures (the backend forwards to
@@ -22,11 +22,14 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.api import SignalException
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+from torch.distributed.elastic.agent.server.api import WorkerSpec
+from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, SignalException
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler as rendezvous_handler
 
-from multidev.engine import Launch, MultidevError, ProcessGroup, cause, first_line, worker_failed
+from multidev.engine import (GRACE, JobStopped, Launch, MultidevError, PeerLost, ProcessGroup, Restart, cause,
+                             first_line, parse_master, restart, worker_failed)
 
 from .devices import gpu_count
 
@@ -40,26 +43,67 @@ def _peers() -> Iterator[None]:
         yield
     except RuntimeError as exc:
         first = first_line(exc, "a collective failed")
-        raise MultidevError(f"rank {dist.get_rank()} lost the job ({first[:160]}): another process ended; "
-                            f"the launcher says which") from None
+        raise PeerLost(f"rank {dist.get_rank()} lost the job ({first[:160]}): another process ended; "
+                       f"the launcher says which") from None
 
 
-def launch(argv: Sequence[str], launch: Launch) -> None:
-    """``python -m multidev <argv>`` as ``launch.processes`` workers on this machine, through torch's launcher."""
-    config = LaunchConfig(min_nodes=launch.nnodes, max_nodes=launch.nnodes, nproc_per_node=launch.processes,
-                          run_id="multidev", rdzv_backend="static", rdzv_endpoint=launch.master,
-                          rdzv_configs={"rank": launch.node_rank, "timeout": int(launch.timeout)}, max_restarts=0,
-                          monitor_interval=0.1)
+class _Agent(LocalElasticAgent):
+    """torch's own agent, that says each restart in one line and keeps its record."""
+
+    def __init__(self, spec: WorkerSpec, launch: Launch) -> None:
+        super().__init__(spec, DefaultLogsSpecs(), exit_barrier_timeout=launch.timeout, shutdown_timeout=int(GRACE))
+        self.launch, self.restarts, self.failures = launch, [], {}
+
+    def _monitor_workers(self, worker_group):
+        result = super()._monitor_workers(worker_group)
+        if result.is_failed():
+            self.failures = result.failures
+        return result
+
+    def _restart_workers(self, worker_group) -> None:
+        if self.failures:  # (torch restarts for new machines too: never with the static rendezvous)
+            failures = sorted(self.failures.items(), key=lambda item: item[1].timestamp)
+            rank, code = cause([(r, f.exitcode) for r, f in failures])
+            self.restarts.append(restart(len(self.restarts) + 1, self.launch.max_restarts, f"worker rank {rank}",
+                                         code, self.launch.checkpoint))
+            self.failures = {}
+        super()._restart_workers(worker_group)
+
+
+def _agent(argv: Sequence[str], launch: Launch) -> _Agent:
+    """torchrun's agent for this machine's workers, on the static rendezvous at ``--master`` (machine 0 hosts it)."""
+    host, port = parse_master(launch.master)
+    rendezvous = RendezvousParameters(backend="static", endpoint=launch.master, run_id="multidev",
+                                      min_nodes=launch.nnodes, max_nodes=launch.nnodes, rank=launch.node_rank,
+                                      timeout=int(launch.timeout))
+    spec = WorkerSpec(role="multidev", local_world_size=launch.processes, entrypoint=sys.executable,
+                      args=("-m", "multidev", *argv), rdzv_handler=rendezvous_handler(rendezvous),
+                      max_restarts=launch.max_restarts, monitor_interval=0.1, master_addr=host, master_port=port)
+    return _Agent(spec, launch)
+
+
+def launch(argv: Sequence[str], launch: Launch) -> list[Restart]:
+    """``python -m multidev <argv>`` as ``launch.processes`` workers on this machine, by torch's elastic agent.
+
+    The agent restarts the workers up to ``launch.max_restarts`` times. A
+    machine whose workers failed for good waits at the agent's exit barrier
+    too, so a machine that finished is let go at once, not after 300 s.
+    """
     levels = {name: logging.getLogger(name).level for name in _LOGGERS}
     for name in _LOGGERS:  # the launcher's own INFO and WARNING lines would bury the workers' output
         logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
-        elastic_launch(config, sys.executable)("-m", "multidev", *argv)
-    except SignalException:  # Ctrl-C or SIGTERM: the agent passed it on; each worker stopped at a step boundary
-        raise KeyboardInterrupt from None
-    except ChildFailedError as exc:
-        failures = sorted(exc.failures.items(), key=lambda item: item[1].timestamp)
-        raise worker_failed(*cause([(rank, f.exitcode) for rank, f in failures])) from None
+        agent = _agent(argv, launch)
+        result = agent.run()
+        if result.is_failed():
+            agent._exit_barrier()  # noqa: SLF001 - the finished machines wait there for this one
+            failures = sorted(result.failures.items(), key=lambda item: item[1].timestamp)
+            raise worker_failed(*cause([(rank, f.exitcode) for rank, f in failures]))
+        return agent.restarts
+    except SignalException as exc:  # Ctrl-C or SIGTERM: the agent passed it on; each worker stopped at a step boundary
+        raise JobStopped(int(exc.sigval)) from None
+    except MultidevError:
+        raise
     except Exception as exc:  # the rendezvous: a port in use, a master out of reach, a timeout
         raise MultidevError(f"the workers could not meet at {launch.master}: {first_line(exc)}; check --master (a "
                             f"free port on machine 0, reachable from every machine)") from None
