@@ -15,7 +15,7 @@ from multidev.errors import MultidevError, PeerLost, first_line
 from multidev.nn.layers import LN_EPS
 from multidev.nn.zoo import Block, resnet18_blocks
 from multidev.processes.group import ProcessGroup
-from multidev.processes.faults import JobStopped, Restart, restart
+from multidev.processes.faults import JobStopped, Restart, restart, restart_count, will_restart
 from multidev.processes.launch import Launch, parse_master
 from multidev.processes.spawn import GRACE, Helper, cause, spawn, worker_failed
 from multidev.processes.threads import usable_cores
@@ -33,7 +33,7 @@ __all__ = [
     "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments",
     "resnet18_blocks", "run_lockstep", "running_statistic", "spawn", "statistic_sources", "worker_failed",
     # restarts after a fault and signals passed on, for an engine whose framework brings its own launcher
-    "GRACE", "JobStopped", "PeerLost", "Restart", "parse_master", "restart",
+    "GRACE", "JobStopped", "PeerLost", "Restart", "parse_master", "restart", "restart_count", "will_restart",
     # idioms every engine shares (multidev.engines.idioms; first_line from multidev.errors), and the cores a
     # process may run on
     "MultiProcess", "ReplicaStates", "first_line", "labels", "predictions", "usable_cores",

@@ -134,13 +134,12 @@ def _attempt(argv: Sequence[str], launch: Launch, env: Mapping[str, str], helper
     host, port = parse_master(launch.master)
     if launch.node_rank == 0:
         check_port(launch.master)
-    served = [_start(helper.argv, helper.env) for helper in helpers]
+    started = {RESTART_COUNT: str(attempt), MAX_RESTARTS: str(launch.max_restarts)}  # as torch's agent sets them
+    served = [_start(helper.argv, dict(helper.env, **started)) for helper in helpers]
     first = launch.node_rank * launch.processes
     workers = [_start(["multidev", *argv], dict(env, RANK=str(first + local), WORLD_SIZE=str(launch.size),
                                                 LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(launch.processes),
-                                                MASTER_ADDR=host, MASTER_PORT=str(port),
-                                                **{RESTART_COUNT: str(attempt),
-                                                   MAX_RESTARTS: str(launch.max_restarts)}))
+                                                MASTER_ADDR=host, MASTER_PORT=str(port), **started))
                for local in range(launch.processes)]
     signals.workers = workers
     try:

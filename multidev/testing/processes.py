@@ -18,6 +18,7 @@ float64 where the engine claims it, at FLOAT64_RTOL.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -25,8 +26,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
+import numpy as np
 import pytest
 
 from multidev.engines.registry import installed
@@ -100,6 +102,40 @@ def long_job(engine: str, saved: Path) -> Iterator[subprocess.Popen]:
         yield job
     finally:
         job.kill()
+
+
+#: a job whose epoch 2 has 32 updates, saved every 5: a fault lands after a mid-epoch save (float64 where claimed)
+FAULTED = ["--model", "lenet", "--dataset", "synthetic", "--epochs", "2", "--batch-size", "16", "--lr", "0.05",
+           "--seed", "3", "--threads", "1", "--checkpoint-every", "5"]
+
+
+def saved_mid_epoch(path: Path, epoch: int, jobs: Sequence[subprocess.Popen]) -> tuple[int, int]:
+    """Wait until ``path`` holds a save from inside ``epoch`` (or later); where it is. A job that ends first fails."""
+    while not any(job.poll() is not None for job in jobs):
+        try:
+            at = ckpt.resumes_at(path) if path.exists() else (0, 0)
+        except Exception:  # noqa: BLE001 - read while it is being replaced: try again
+            at = (0, 0)
+        if at >= (epoch, 1):
+            return at
+        time.sleep(0.005)
+    raise AssertionError(f"the job ended before it saved inside epoch {epoch}: "
+                         + "".join(job.communicate()[1][-1500:] for job in jobs))
+
+
+def kill_rank(marker: str, rank: int, launchers: Sequence[subprocess.Popen]) -> None:
+    """SIGKILL the worker of ``rank`` among the processes whose command line holds ``marker``."""
+    found = [p for p in job_processes(marker) if p not in {job.pid for job in launchers}
+             and f"RANK={rank}\0".encode() in Path(f"/proc/{p}/environ").read_bytes()]
+    assert found, f"processes: no worker of rank {rank} found"
+    os.kill(found[0], signal.SIGKILL)
+
+
+def assert_equal_states(got: Path, want: Path, promise: str) -> None:
+    """Bit for bit: the contract's promise for a run resumed on the engine that saved it."""
+    got_state, want_state = ckpt.load(got)[1], ckpt.load(want)[1]
+    differing = [name for name in want_state if not np.array_equal(got_state[name], want_state[name])]
+    assert not differing, f"{promise}: {', '.join(differing[:5])} differ"
 
 
 def job_processes(marker: str) -> list[int]:
@@ -212,6 +248,87 @@ class MultiProcessChecks(EngineFixtures):
         time.sleep(1)
         assert not job_processes(str(saved)), "processes: a process of the job is still running"
         ckpt.load(saved)  # whole
+
+    def faulted(self, engine) -> list[str]:
+        return [*FAULTED, "--dtype", "float64" if "float64" in engine.capabilities else "float32"]
+
+    @pytest.fixture(scope="class")
+    def uninterrupted(self, engine, tmp_path_factory) -> Path:
+        """The faulted jobs' settings run once without a fault: the checkpoint each of them must end with."""
+        self.needs_processes(engine)
+        path = tmp_path_factory.mktemp("uninterrupted") / "straight.npz"
+        run(engine.name, *self.faulted(engine), "--processes", "2", "--checkpoint", str(path))
+        return path
+
+    @pytest.mark.slow
+    def test_a_killed_worker_restarts_and_the_job_ends_as_if_never_hit(self, engine, tmp_path, uninterrupted):
+        """contract: Restarts: rank 1 killed in epoch 2, ``--max-restarts 1``: one line, and the same parameters."""
+        self.needs_processes(engine)
+        straight, hit = uninterrupted, tmp_path / "hit.npz"
+        argv = command(engine.name, *self.faulted(engine), "--processes", "2", "--max-restarts", "1", "--checkpoint",
+                       str(hit), "--json", str(tmp_path / "hit.json"), "--master", f"127.0.0.1:{free_port()}")
+        job = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            epoch, step = saved_mid_epoch(hit, 2, [job])
+            kill_rank(str(hit), 1, [job])
+            _, err = job.communicate(timeout=600)
+        finally:
+            job.kill()
+        assert job.returncode == 0, err[-3000:]
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("multidev: worker rank 1 was killed by SIGKILL: restart 1 of "
+                                                       "1, from epoch 2, step "), err[-3000:]
+        time.sleep(1)
+        assert not job_processes(str(hit)), "restarts: a process of the job is still running"
+        assert_equal_states(hit, straight, "restarts: the restarted job does not end as the uninterrupted one")
+        restarts = json.loads((tmp_path / "hit.json").read_text())["restarts"]
+        assert [(r["failed"], r["how"], r["epoch"]) for r in restarts] == [("worker rank 1", "was killed by SIGKILL",
+                                                                             2)], restarts
+        assert restarts[0]["step"] >= step, (restarts, step)  # from the last save before the fault, or a later one
+
+    @pytest.mark.slow
+    def test_sigterm_saves_and_the_same_command_goes_on(self, engine, tmp_path, uninterrupted):
+        """contract: Restarts: preemption as clusters do it, then the same command with ``--resume auto``."""
+        self.needs_processes(engine)
+        straight, stopped = uninterrupted, tmp_path / "stopped.npz"
+        again = [*self.faulted(engine), "--processes", "2", "--checkpoint", str(stopped), "--resume", "auto",
+                 "--master", f"127.0.0.1:{free_port()}"]
+        job = subprocess.Popen(command(engine.name, *again), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            saved_mid_epoch(stopped, 2, [job])
+            job.send_signal(signal.SIGTERM)
+            _, err = job.communicate(timeout=120)
+        finally:
+            job.kill()
+        assert job.returncode == 143, err[-3000:]
+        assert err.strip().splitlines()[-1].startswith("multidev: interrupted at epoch 2, step "), err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
+        time.sleep(1)
+        assert not job_processes(str(stopped)), "restarts: a worker outlived SIGTERM on the launcher"
+        run(engine.name, *again)
+        assert_equal_states(stopped, straight, "restarts: SIGTERM and the same command again do not end as one run")
+
+    @pytest.mark.slow
+    def test_two_machines_restart_together(self, engine, tmp_path, uninterrupted):
+        """Two launches as two machines, ``--max-restarts 1``: machine 1's worker killed, both go on, same end."""
+        self.needs_processes(engine)
+        straight, hit = uninterrupted, tmp_path / "hit.npz"
+        args = [*self.faulted(engine), "--nnodes", "2", "--master", f"127.0.0.1:{free_port()}", "--max-restarts", "1",
+                "--checkpoint", str(hit)]  # one folder both machines read
+        nodes = [subprocess.Popen(command(engine.name, *args, "--node-rank", str(r)), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+        try:
+            saved_mid_epoch(hit, 2, nodes)
+            kill_rank(str(hit), 1, nodes)
+            errs = [node.communicate(timeout=600)[1] for node in nodes]
+        finally:
+            for node in nodes:
+                node.kill()
+        assert [node.returncode for node in nodes] == [0, 0], [e[-2000:] for e in errs]
+        assert "worker rank 1 was killed by SIGKILL: restart 1 of 1" in errs[1], errs[1][-2000:]
+        time.sleep(1)
+        assert not job_processes(str(hit)), "restarts: a process of the job is still running"
+        assert_equal_states(hit, straight, "restarts: two machines restarted do not end as the uninterrupted job")
 
     @pytest.mark.slow
     def test_a_killed_worker_ends_every_machine(self, engine, tmp_path):

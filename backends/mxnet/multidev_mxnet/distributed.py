@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from multidev.engine import Helper, Launch, MultidevError, ProcessGroup, Restart, first_line, spawn
+from multidev.engine import Helper, Launch, MultidevError, ProcessGroup, Restart, first_line, spawn, will_restart
 
 from .runtime import mxnet
 
@@ -107,6 +107,8 @@ def watch(kv, nodes: int, says: str) -> Callable[[], None]:
                 if stop.is_set() or lib.MXKVStoreGetNumDeadNode(handle, nodes, ctypes.byref(dead), DEAD_AFTER):
                     continue
             if dead.value:
+                if will_restart():  # the launcher names what ended and starts the job again: nothing to add
+                    os._exit(1)
                 print(f"multidev: error: {says.format(n=dead.value)} (no heartbeat for {DEAD_AFTER} s): another "
                       f"process of the job ended; its machine's launcher says which", file=sys.stderr, flush=True)
                 os._exit(1)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 from datetime import timedelta
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -29,7 +30,7 @@ from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler as rendezvous_handler
 
 from multidev.engine import (GRACE, JobStopped, Launch, MultidevError, PeerLost, ProcessGroup, Restart, cause,
-                             first_line, parse_master, restart, worker_failed)
+                             first_line, parse_master, restart, restart_count, worker_failed)
 
 from .devices import gpu_count
 
@@ -135,9 +136,24 @@ def join(group: ProcessGroup, local_rank: int) -> None:
             raise MultidevError(f"torch.distributed is open as rank {dist.get_rank()} of {dist.get_world_size()}, "
                                 f"the environment says {group.rank} of {group.size}: start the job once")
         return
-    dist.init_process_group("nccl" if gpus else "gloo", init_method="env://", rank=group.rank,
-                            world_size=group.size, timeout=timedelta(seconds=TIMEOUT_SECONDS))
+    timeout = timedelta(seconds=TIMEOUT_SECONDS)
+    dist.init_process_group("nccl" if gpus else "gloo", store=_attempt_store(group, timeout), rank=group.rank,
+                            world_size=group.size, timeout=timeout)
     _joined.append(True)
+
+
+def _attempt_store(group: ProcessGroup, timeout: timedelta) -> Optional[dist.Store]:
+    """Under torch's agent, its store with a key prefix of this start's own; else None (``env://``).
+
+    The static rendezvous keeps one store for every restart, so without the
+    prefix a restarted rank could read the address a dead peer left there and
+    fail to connect (seen: "Gloo connectFullMesh failed ... Connection refused").
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), group.size, is_master=False,
+                          timeout=timeout)
+    return dist.PrefixStore(f"multidev/start{restart_count()}", store)
 
 
 def leave() -> None:
