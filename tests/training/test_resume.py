@@ -1,0 +1,60 @@
+"""Where a run starts: --resume's file, its own with --resume auto, or after a restart the file its job wrote."""
+
+import os
+
+import pytest
+
+from multidev import Settings
+from multidev.errors import MultidevError
+from multidev.processes.faults import CHECKPOINT_AT_LAUNCH, MAX_RESTARTS, RESTART_COUNT, identity, launched_with
+from multidev.processes.faults import will_restart, written_by_this_job
+from multidev.training.api import train
+from multidev.training.resume import starting_point
+from multidev.testing.fake import FakeEngine
+
+SMALL = dict(model="mlp", dataset="synthetic", epochs=1, batch_size=64, devices=1)
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """A whole checkpoint of one epoch."""
+    path = tmp_path / "ck.npz"
+    train(FakeEngine(), checkpoint=str(path), **SMALL)
+    return path
+
+
+def test_auto_starts_fresh_without_the_file_and_resumes_with_it(tmp_path, saved):
+    missing = Settings(resume="auto", checkpoint=str(tmp_path / "none.npz"), **SMALL)
+    assert starting_point(missing).resume is None
+    assert starting_point(Settings(resume="auto", checkpoint=str(saved), **SMALL)).resume == str(saved)
+
+
+def test_auto_on_a_finished_file_returns_its_history_and_a_named_file_is_refused(saved):
+    done = train(FakeEngine(), resume="auto", checkpoint=str(saved), **SMALL)
+    assert [e.epoch for e in done.epochs] == [1]
+    with pytest.raises(MultidevError, match=f"nothing to train: {saved} is already at epoch 1; raise --epochs"):
+        starting_point(Settings(resume=str(saved), **SMALL))
+
+
+def test_auto_needs_a_checkpoint_path():
+    with pytest.raises(MultidevError, match="--resume auto needs --checkpoint PATH"):
+        Settings(resume="auto")
+
+
+def test_a_restart_resumes_only_from_a_file_saved_since_the_launch(monkeypatch, tmp_path, saved):
+    s = Settings(checkpoint=str(saved), **{**SMALL, "epochs": 2})
+    monkeypatch.setenv(RESTART_COUNT, "1")
+    with launched_with(str(saved)):  # the file is the one an earlier job left
+        assert not written_by_this_job(str(saved)) and starting_point(s).resume is None
+        os.replace(saved, tmp_path / "old.npz")
+        train(FakeEngine(), checkpoint=str(saved), **SMALL)  # this job's rank 0 saves
+        assert written_by_this_job(str(saved)) and starting_point(s).resume == str(saved)
+    monkeypatch.setenv(RESTART_COUNT, "0")
+    assert starting_point(s).resume is None  # the first start starts as asked
+
+
+def test_identity_and_restarts_left():
+    assert identity(None) == identity("/no/such/file") == "absent"
+    env = {RESTART_COUNT: "1", MAX_RESTARTS: "2"}
+    assert will_restart(env) and not will_restart({**env, RESTART_COUNT: "2"}) and not will_restart({})
+    assert CHECKPOINT_AT_LAUNCH not in os.environ  # launched_with leaves the environment as it found it
