@@ -77,7 +77,7 @@ def bad_checkpoints(tmp_path):
 def test_bad_checkpoint_is_one_clear_line(tmp_path, what):
     name, message = bad_checkpoints(tmp_path)[what]
     proc = subprocess.run([sys.executable, "-m", "multidev", "train", "--model", "resnet18", "--dataset", "synthetic",
-                           "--epochs", "1", "--no-progress", "--resume", str(tmp_path / name)],
+                           "--epochs", "2", "--no-progress", "--resume", str(tmp_path / name)],
                           capture_output=True, text=True, timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
