@@ -199,6 +199,18 @@ class MultiProcessChecks(EngineFixtures):
                                         f"{dtype}) does not train as 1 process x 2 devices", rtol)
 
     @pytest.mark.slow
+    def test_float64_processes_equal_devices_bit_for_bit(self, engine, tmp_path):
+        """Local BatchNorm in float64 adds the same numbers in both forms: the same bits (contract: Process groups).
+
+        Catches a runtime that carries float64 sums in float32: MXNet's server did (2.2e-6 after one epoch).
+        """
+        self.needs_processes(engine)
+        self.require(engine, "float64")
+        processes, devices = both_forms(engine.name, tmp_path, "--dtype", "float64")
+        assert_equal_states(processes, devices, "processes: ResNet-18 in float64 as 2 processes x 1 device does not "
+                                                "train as 1 process x 2 devices")
+
+    @pytest.mark.slow
     def test_recipe_in_two_processes_equals_two_devices(self, engine, tmp_path):
         """Nesterov with decay, cosine with warm-up, micro-batches of 50 (updates of 100, the last uneven)."""
         self.needs_processes(engine)

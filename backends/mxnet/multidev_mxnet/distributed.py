@@ -15,6 +15,16 @@ machines ps-lite's heartbeats are: the scheduler ends when a worker or server
 misses them for ``DEAD_AFTER`` seconds, and every other process ends when the
 scheduler does, so each machine's launcher stops its own processes.
 
+float64: MXNet's server (1.9.1, and its master) never initialises its
+``multi_precision_`` flag (src/kvstore/kvstore_dist_server.h), and found set,
+as the wheel's server found it, it stores and sums every non-float32 key in
+float32: a float64 key initialised with 0.1 was pulled back as 0.10000000149,
+and a float64 ResNet-18 epoch with ``--processes 2`` left ``--devices 2`` by
+2.2e-6 (measured). So the launcher starts each server with glibc's allocator
+handing out zeroed memory (``ZEROED_HEAP``), which leaves the flag off, and
+``join`` checks on every server that float64 comes back whole
+(``carries_float64``), with a warning where it does not.
+
 ``launch``, ``join``, ``leave`` and ``all_sum`` are the four every engine's
 distributed.py defines, with the same signatures (the backend forwards to
 them through ``multidev.engine.MultiProcess``); ``kvstore`` and
@@ -28,6 +38,7 @@ import gc
 import os
 import sys
 import threading
+import warnings
 from typing import Callable, Sequence
 
 import numpy as np
@@ -42,6 +53,12 @@ SUM_KEY = 200_000
 #: float64s one sum carries; longer arrays go in several. One key of one shape, made at join: a key made
 #: while pushes are in flight makes ps-lite abort the worker (measured: MXNet 1.9.1)
 SUM_WIDTH = 64
+
+#: glibc's malloc without its per-thread cache, filling each block with 255 ^ 0xff = 0 (other libcs ignore it)
+ZEROED_HEAP = "glibc.malloc.tcache_count=0:glibc.malloc.perturb=255"
+#: the key join checks float64 with, and the size past which MXNet spreads a key over every server
+PROBE_KEY = 300_000
+BIGARRAY_ENV, BIGARRAY_DEFAULT = "MXNET_KVSTORE_BIGARRAY_BOUND", 1_000_000
 
 #: the role of a helper process (multidev_mxnet.serve): not DMLC_ROLE, with which MXNet serves as it loads
 ROLE_ENV = "MULTIDEV_MXNET_ROLE"
@@ -67,7 +84,8 @@ def launch(argv: Sequence[str], launch: Launch) -> list[Restart]:
 
     def prepare(here: Launch) -> tuple[dict[str, str], list[Helper]]:  # each start meets at a port of its own
         common = environment(here)
-        helpers = [Helper("mxnet server", serve, dict(common, **{ROLE_ENV: "server"}))]
+        server = dict(common, GLIBC_TUNABLES=":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), ZEROED_HEAP])))
+        helpers = [Helper("mxnet server", serve, dict(server, **{ROLE_ENV: "server"}))]
         if here.node_rank == 0:
             helpers.insert(0, Helper("mxnet scheduler", serve, dict(common, **{ROLE_ENV: "scheduler"})))
         return dict(common, DMLC_ROLE="worker"), helpers
@@ -88,7 +106,20 @@ def join(group: ProcessGroup, local_rank: int) -> None:
         raise MultidevError(f"MXNet's scheduler counts {kv.num_workers} workers, the launcher started {group.size}: "
                             f"set DMLC_NUM_WORKER to the job's process count")
     _open["kv"], _open["unwatch"] = kv, watch(kv, SCHEDULER, f"rank {group.rank} lost the mxnet scheduler")
+    if not carries_float64(kv):
+        warnings.warn("MXNet's parameter server rounds float64 to float32 here (its multi_precision_ flag is "
+                      "uninitialised, and the zeroed heap the launcher asks glibc for did not clear it): float64 "
+                      "sums across processes are float32's")
     ensure_keys([SUM_KEY], [mx.nd.zeros((SUM_WIDTH,), dtype="float64")])
+
+
+def carries_float64(kv) -> bool:
+    """Whether every server keeps float64 as float64 (see the module): a key of 0.1s, spread over all, pulled back."""
+    mx = mxnet()
+    probe = mx.nd.full((int(os.environ.get(BIGARRAY_ENV, BIGARRAY_DEFAULT)),), 0.1, dtype="float64")
+    kv.init(PROBE_KEY, probe)
+    kv.pull(PROBE_KEY, out=probe)
+    return bool((probe.asnumpy() == 0.1).all())
 
 
 def watch(kv, nodes: int, says: str) -> Callable[[], None]:
