@@ -7,6 +7,7 @@
 - ``workers``: ``train(processes=N)`` starting this machine's workers
   through the engine's launcher and reading rank 0's result;
 - ``spawn``: the launcher for frameworks that bring none (JAX, MXNet);
+- ``faults``: restarts after a fault (``--max-restarts``) and signals passed on;
 - ``job``: inside a running worker, the rows it reads, the sums it shares
   and the check that every rank got the same settings;
 - ``threads``: the cores shared out among the workers.

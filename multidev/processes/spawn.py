@@ -8,7 +8,9 @@ launches through this module: one ``python -m multidev`` per worker with
 torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR``, ``MASTER_PORT``) and the engine's own, plus the helper
 processes it names, all polled every 0.1 s; the first that fails has the
-others stopped at once.
+others stopped at once, and with ``--max-restarts`` all start again (see
+:mod:`multidev.processes.faults`). SIGINT and SIGTERM are passed on to the
+workers, which stop at a step boundary.
 """
 
 from __future__ import annotations
