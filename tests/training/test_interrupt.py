@@ -115,6 +115,8 @@ def test_signal_mid_epoch_saves_and_resume_equals_uninterrupted(tmp_path, engine
     for name in want:  # bit for bit: the same steps on the same batches from the same weights
         assert np.array_equal(got[name], want[name]), f"{name} differs after resuming"
     assert got_meta["history"][1]["loss"] == want_meta["history"][1]["loss"]
+    if engine != "fake":
+        return  # the core's rule, checked once on the fake engine
     finished = multidev(again, tmp_path)  # a third time: nothing left to train, the saved result
     assert finished.returncode == 0 and "epoch 2/2" not in finished.stdout, finished.stdout + finished.stderr
     assert f"test acc: {want_meta['history'][1]['test_acc']:.2f}" in finished.stdout, finished.stdout
