@@ -83,7 +83,8 @@ class EngineFixtures:
             pytest.skip(f"{engine.name} does not claim virtual_cpu: no multi-device checks")
         return counts
 
-    def require(self, engine: Backend, capability: str) -> None:
+    @staticmethod
+    def require(engine: Backend, capability: str) -> None:
         if capability not in engine.capabilities:
             pytest.skip(f"{engine.name} does not claim {capability}")
 

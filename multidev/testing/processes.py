@@ -171,8 +171,9 @@ def user_images(folder: Path) -> str:
 class MultiProcessChecks(EngineFixtures):
     """contract: Process groups: one job over several processes, the same answers, faults that end it cleanly."""
 
-    def needs_processes(self, engine) -> None:
-        self.require(engine, "multi_process")
+    @staticmethod
+    def needs_processes(engine) -> None:
+        EngineFixtures.require(engine, "multi_process")
         if engine.name not in installed():
             pytest.skip(f"{engine.name} is not installed: its workers start as "
                         f"`multidev train --backend {engine.name}`")
@@ -261,15 +262,17 @@ class MultiProcessChecks(EngineFixtures):
         assert not job_processes(str(saved)), "processes: a process of the job is still running"
         ckpt.load(saved)  # whole
 
-    def faulted(self, engine) -> list[str]:
+    @staticmethod
+    def faulted(engine) -> list[str]:
         return [*FAULTED, "--dtype", "float64" if "float64" in engine.capabilities else "float32"]
 
     @pytest.fixture(scope="class")
-    def uninterrupted(self, engine, tmp_path_factory) -> Path:
+    @classmethod
+    def uninterrupted(cls, engine, tmp_path_factory) -> Path:
         """The faulted jobs' settings run once without a fault: the checkpoint each of them must end with."""
-        self.needs_processes(engine)
+        cls.needs_processes(engine)
         path = tmp_path_factory.mktemp("uninterrupted") / "straight.npz"
-        run(engine.name, *self.faulted(engine), "--processes", "2", "--checkpoint", str(path))
+        run(engine.name, *cls.faulted(engine), "--processes", "2", "--checkpoint", str(path))
         return path
 
     @pytest.mark.slow
