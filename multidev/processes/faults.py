@@ -28,7 +28,7 @@ ABSENT = "absent"
 def how(code: int) -> str:
     """How a process ended, from its exit ``code`` (negative: the signal that killed it)."""
     if code >= 0:
-        return f"exited with code {code} (its own error line is above)"
+        return f"exited with code {code}"
     try:
         return f"was killed by {signal.Signals(-code).name}"
     except ValueError:
@@ -76,7 +76,7 @@ class Restart:
 def restart(attempt: int, of: int, failed: str, code: int, checkpoint: Optional[str]) -> Restart:
     """Say in one line that ``failed`` ended with exit ``code`` and the job starts again; the record of it."""
     epoch, step = ckpt.resumes_at(checkpoint) if written_by_this_job(checkpoint) else (1, 0)
-    record = Restart(attempt, failed, how(code).split(" (")[0], epoch, step)
+    record = Restart(attempt, failed, how(code), epoch, step)
     print(f"multidev: {failed} {record.how}: restart {attempt} of {of}, from epoch {epoch}, step {step}",
           file=sys.stderr, flush=True)
     return record

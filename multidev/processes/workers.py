@@ -53,7 +53,7 @@ def launch_train(engine: Backend, s: Settings) -> Result:
                           batch_size=s.batch_size, lr=float(s.lr), seed=s.seed, batchnorm=s.batchnorm, test_total=0,
                           epochs=[], version="", recipe=s.recipe.settings())
         result = load_json(path)
-        if restarts:  # rank 0 of the last start wrote the result; the launcher alone saw the restarts
-            result.restarts = [asdict(r) for r in restarts]
-            save_json(result, path)
+        result.restarts = [asdict(r) for r in restarts]
+        if restarts and s.json is not None:  # rank 0 of the last start wrote it; the launcher alone saw the restarts
+            save_json(result, s.json)
         return result

@@ -226,8 +226,9 @@ class Settings:
         if self.resume == AUTO and self.checkpoint is None:
             raise MultidevError("--resume auto needs --checkpoint PATH: the file it resumes from when it exists")
         object.__setattr__(self, "_recipe", recipe)
-        object.__setattr__(self, "_launch", Launch(self.processes, self.nnodes, self.node_rank, self.master,
-                                                          max_restarts=self.max_restarts, checkpoint=self.checkpoint))
+        launch = Launch(self.processes, self.nnodes, self.node_rank, self.master, max_restarts=self.max_restarts,
+                        checkpoint=self.checkpoint)
+        object.__setattr__(self, "_launch", launch)
 
     @property
     def recipe(self) -> Recipe:

@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import numpy as np
 import pytest
 
 from multidev.engines.registry import installed
@@ -131,13 +130,6 @@ def kill_rank(marker: str, rank: int, launchers: Sequence[subprocess.Popen]) -> 
     os.kill(found[0], signal.SIGKILL)
 
 
-def assert_equal_states(got: Path, want: Path, promise: str) -> None:
-    """Bit for bit: the contract's promise for a run resumed on the engine that saved it."""
-    got_state, want_state = ckpt.load(got)[1], ckpt.load(want)[1]
-    differing = [name for name in want_state if not np.array_equal(got_state[name], want_state[name])]
-    assert not differing, f"{promise}: {', '.join(differing[:5])} differ"
-
-
 def job_processes(marker: str) -> list[int]:
     """Every process of this machine whose command line holds ``marker``."""
     found = []
@@ -208,8 +200,8 @@ class MultiProcessChecks(EngineFixtures):
         self.needs_processes(engine)
         self.require(engine, "float64")
         processes, devices = both_forms(engine.name, tmp_path, "--dtype", "float64")
-        assert_equal_states(processes, devices, "processes: ResNet-18 in float64 as 2 processes x 1 device does not "
-                                                "train as 1 process x 2 devices")
+        assert_same(processes, devices, "processes: ResNet-18 in float64 as 2 processes x 1 device does not train as "
+                                        "1 process x 2 devices", rtol=0.0)  # bit for bit
 
     @pytest.mark.slow
     def test_recipe_in_two_processes_equals_two_devices(self, engine, tmp_path):
@@ -247,10 +239,7 @@ class MultiProcessChecks(EngineFixtures):
         self.needs_processes(engine)
         saved = tmp_path / "killed.npz"
         with long_job(engine.name, saved) as job:
-            workers = [p for p in job_processes(str(saved)) if p != job.pid
-                       and b"RANK=1\0" in Path(f"/proc/{p}/environ").read_bytes()]
-            assert workers, "processes: no worker of rank 1 found"
-            os.kill(workers[0], signal.SIGKILL)
+            kill_rank(str(saved), 1, [job])
             killed = time.monotonic()
             _, err = job.communicate(timeout=KILL_DEADLINE + 30)
             seconds = time.monotonic() - killed
@@ -295,7 +284,7 @@ class MultiProcessChecks(EngineFixtures):
                                                        "1, from epoch 2, step "), err[-3000:]
         time.sleep(1)
         assert not job_processes(str(hit)), "restarts: a process of the job is still running"
-        assert_equal_states(hit, straight, "restarts: the restarted job does not end as the uninterrupted one")
+        assert_same(hit, straight, "restarts: the restarted job does not end as the uninterrupted one", rtol=0.0)
         restarts = json.loads((tmp_path / "hit.json").read_text())["restarts"]
         assert [(r["failed"], r["how"], r["epoch"]) for r in restarts] == [("worker rank 1", "was killed by SIGKILL",
                                                                              2)], restarts
@@ -321,7 +310,7 @@ class MultiProcessChecks(EngineFixtures):
         time.sleep(1)
         assert not job_processes(str(stopped)), "restarts: a worker outlived SIGTERM on the launcher"
         run(engine.name, *again)
-        assert_equal_states(stopped, straight, "restarts: SIGTERM and the same command again do not end as one run")
+        assert_same(stopped, straight, "restarts: SIGTERM and the same command again do not end as one run", rtol=0.0)
 
     @pytest.mark.slow
     def test_two_machines_restart_together(self, engine, tmp_path, uninterrupted):
@@ -343,7 +332,7 @@ class MultiProcessChecks(EngineFixtures):
         assert "worker rank 1 was killed by SIGKILL: restart 1 of 1" in errs[1], errs[1][-2000:]
         time.sleep(1)
         assert not job_processes(str(hit)), "restarts: a process of the job is still running"
-        assert_equal_states(hit, straight, "restarts: two machines restarted do not end as the uninterrupted job")
+        assert_same(hit, straight, "restarts: two machines restarted do not end as the uninterrupted job", rtol=0.0)
 
     @pytest.mark.slow
     def test_a_killed_worker_ends_every_machine(self, engine, tmp_path):
@@ -357,10 +346,7 @@ class MultiProcessChecks(EngineFixtures):
         try:
             first = first_epoch(nodes[0].stdout)
             assert first.startswith("epoch 1/50"), first + nodes[0].stderr.read()
-            worker = [p for p in job_processes(f"{marker}1.npz") if p != nodes[1].pid
-                      and b"RANK=1\0" in Path(f"/proc/{p}/environ").read_bytes()]
-            assert worker, "processes: no worker of rank 1 found"
-            os.kill(worker[0], signal.SIGKILL)
+            kill_rank(f"{marker}1.npz", 1, nodes)
             killed = time.monotonic()
             errs = [node.communicate(timeout=KILL_DEADLINE + 30)[1] for node in nodes]
             seconds = time.monotonic() - killed

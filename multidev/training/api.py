@@ -9,9 +9,9 @@ from multidev.engines.protocol import Backend
 from multidev.engines.registry import load_backend
 from multidev.errors import MultidevError
 from multidev.outputs.result import Result
+from multidev.processes.faults import JobStopped, resumes_at
 from multidev.processes.group import Joined, from_environment
 from multidev.settings import fields
-from multidev.processes.faults import JobStopped, resumes_at
 from multidev.settings.run import AUTO, DEFAULTS, Settings, described
 from multidev.training.interrupt import Interrupted
 from multidev.training.resume import check_unfinished, starting_point

@@ -3,7 +3,8 @@
 ``launch`` is torchrun's machinery (torch's elastic agent) with the static
 rendezvous, so ``--node-rank`` fixes the ranks and machine 0 hosts the store
 at ``--master``; one worker's death stops the others within about a second,
-and the agent restarts them all (``--max-restarts``). Workers meet through ``init_process_group`` on gloo (NCCL on GPUs).
+and the agent restarts them all (``--max-restarts``). Workers meet through
+``init_process_group`` on gloo (NCCL on GPUs).
 
 ``launch``, ``join``, ``leave`` and ``all_sum`` are the four every engine's
 distributed.py defines, with the same signatures (the backend forwards to
@@ -48,6 +49,12 @@ def _peers() -> Iterator[None]:
                        f"the launcher says which") from None
 
 
+def _first_failed(failures: dict) -> tuple[int, int]:
+    """(rank, exit code) to name of the agent's failures (rank -> ProcessFailure), seen in time order."""
+    ordered = sorted(failures.items(), key=lambda item: item[1].timestamp)
+    return cause([(rank, failure.exitcode) for rank, failure in ordered])
+
+
 class _Agent(LocalElasticAgent):
     """torch's own agent, that says each restart in one line and keeps its record."""
 
@@ -63,8 +70,7 @@ class _Agent(LocalElasticAgent):
 
     def _restart_workers(self, worker_group) -> None:
         if self.failures:  # (torch restarts for new machines too: never with the static rendezvous)
-            failures = sorted(self.failures.items(), key=lambda item: item[1].timestamp)
-            rank, code = cause([(r, f.exitcode) for r, f in failures])
+            rank, code = _first_failed(self.failures)
             self.restarts.append(restart(len(self.restarts) + 1, self.launch.max_restarts, f"worker rank {rank}",
                                          code, self.launch.checkpoint))
             self.failures = {}
@@ -98,8 +104,7 @@ def launch(argv: Sequence[str], launch: Launch) -> list[Restart]:
         result = agent.run()
         if result.is_failed():
             agent._exit_barrier()  # noqa: SLF001 - the finished machines wait there for this one
-            failures = sorted(result.failures.items(), key=lambda item: item[1].timestamp)
-            raise worker_failed(*cause([(rank, f.exitcode) for rank, f in failures]))
+            raise worker_failed(*_first_failed(result.failures))
         return agent.restarts
     except SignalException as exc:  # Ctrl-C or SIGTERM: the agent passed it on; each worker stopped at a step boundary
         raise JobStopped(int(exc.sigval)) from None
