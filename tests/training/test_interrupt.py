@@ -87,7 +87,8 @@ AUGMENTED = ["--augment", "crop,flip", "--normalize", "auto"]
 
 
 @pytest.mark.parametrize("engine, signum, extra", [("fake", signal.SIGINT, []), ("fake", signal.SIGTERM, []),
-                                                   ("signalling-torch", signal.SIGINT, []),
+                                                   pytest.param("signalling-torch", signal.SIGINT, [],
+                                                                marks=pytest.mark.slow),  # three torch runs: 10 s
                                                    pytest.param("signalling-torch", signal.SIGINT, AUGMENTED,
                                                                 marks=pytest.mark.slow)],
                          ids=["fake-SIGINT", "fake-SIGTERM", "torch-SIGINT", "torch-SIGINT-augmented"])

@@ -143,6 +143,7 @@ def _train_json(tmp_path, name: str, cache: str) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow  # two JAX runs in child processes (7 s)
 def test_a_second_run_loads_its_programs_from_the_persistent_cache(tmp_path):
     cache = str(tmp_path / "cache")
     first, second = (_train_json(tmp_path, name, cache) for name in ("first", "second"))
