@@ -5,8 +5,9 @@ real rows, so padding never enters a statistic. ``local`` normalises with the
 shard's own statistics; ``sync`` adds the shards' sums with ``lax.psum`` over
 the mesh axis, so every device normalises with the whole batch's statistics
 and the gradient is the whole batch's (contract: BatchNorm).
-Running statistics are averaged over the devices whose shard is not empty,
-so they come out identical on every device (the same rule as the torch engine).
+Running statistics are averaged over the devices whose shard is not empty
+(by the step, every layer's in one psum: ``allreduce.device_mean``), so they
+come out identical on every device (the same rule as the torch engine).
 Flax's own ``nn.BatchNorm`` averages per-device means with equal weights,
 which is wrong for uneven shards; hence this module.
 
@@ -57,9 +58,11 @@ def _rows(weight: jax.Array, x: jax.Array) -> jax.Array:
 
 def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, axis: str, sync: bool):
     per_row = x.size // (x.shape[0] * x.shape[-1]) if x.shape[0] else 1
-    count = _whole(jnp.sum(weight) * per_row, axis, sync)
+    # the row count travels with the channel sums: one psum, not two
+    sums = _whole(jnp.append(channel_sum(x, weight), jnp.sum(weight) * per_row), axis, sync)
+    count = sums[-1]
     n = jnp.maximum(count, 1.0)
-    mean = _whole(channel_sum(x, weight), axis, sync) / n
+    mean = sums[:-1] / n
     centred = x - mean
     var = _whole(channel_sum(centred * centred, weight), axis, sync) / n  # two passes
     # an empty shard's variance is 0: normalise its padding with 1 instead, so that rsqrt(eps) cannot blow it up
@@ -88,27 +91,20 @@ def _normalize_fwd(x, weight, gamma, beta, axis, sync):
 def _normalize_bwd(axis, sync, residuals, cotangents):
     """dx = gamma * rstd / n * (n * g - sum g - x_hat * sum g x_hat), sums over the real rows (of the batch with sync).
 
-    gamma and beta are the same on every device, so their cotangents are the
-    sums over the whole mesh (psum): with ``sync`` the very sums dx needs.
+    gamma's and beta's cotangents are this device's own: the step differentiates
+    each device's copy of the parameters and sums the gradients over the mesh
+    itself (allreduce.py). With ``sync``, dx needs the whole batch's sums.
     Padding rows get a zero gradient: they enter no statistic.
     """
     xhat, rstd, n, weight, gamma = residuals
     g = cotangents[0]
     dbeta, dgamma = channel_sum(g, weight), channel_sum(g * xhat, weight)
-    mesh_dbeta, mesh_dgamma = lax.psum((dbeta, dgamma), axis)
-    if sync:
-        dbeta, dgamma = mesh_dbeta, mesh_dgamma
-    dx = (n * g - dbeta - xhat * dgamma) * (gamma * rstd / n)
-    return dx * _rows(weight, g), jnp.zeros_like(weight), mesh_dgamma, mesh_dbeta
+    whole_dbeta, whole_dgamma = lax.psum((dbeta, dgamma), axis) if sync else (dbeta, dgamma)
+    dx = (n * g - whole_dbeta - xhat * whole_dgamma) * (gamma * rstd / n)
+    return dx * _rows(weight, g), jnp.zeros_like(weight), dgamma, dbeta
 
 
 normalize.defvjp(_normalize_fwd, _normalize_bwd)
-
-
-def device_average(value: jax.Array, count: jax.Array, axis: str) -> jax.Array:
-    """Mean of ``value`` over the devices with a non-empty shard (the same on every device)."""
-    active = (count > 0).astype(value.dtype)
-    return lax.psum(value * active, axis) / jnp.maximum(lax.psum(active, axis), 1.0)
 
 
 class BatchNorm(nn.Module):
@@ -135,9 +131,9 @@ class BatchNorm(nn.Module):
             out = (x - running_mean.value) * (gamma * lax.rsqrt(running_var.value + BN_EPS)) + beta
             return out.astype(compute)
         out, stats = normalize(x, mask.astype(x.dtype), gamma, beta, self.axis, self.sync)
-        mean, var, count = (lax.stop_gradient(s) for s in stats)
-        if not self.sync:  # sync statistics are already the same on every device
-            mean, var = device_average(mean, count, self.axis), device_average(var, count, self.axis)
+        # local statistics are this device's own: the step averages every layer's running statistics over the
+        # devices with rows at once (allreduce.device_mean); sync ones are already the same on every device
+        mean, var, _ = (lax.stop_gradient(s) for s in stats)
         # running = (1 - m) * running + m * batch statistic, written as torch's lerp
         running_mean.value = running_mean.value + BN_MOMENTUM * (mean - running_mean.value)
         running_var.value = running_var.value + BN_MOMENTUM * (var - running_var.value)

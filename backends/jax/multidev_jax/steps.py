@@ -1,15 +1,12 @@
-"""What one step computes on a device mesh: per-device code in ``shard_map``, the AllReduce by autodiff.
+"""What one step computes on a device mesh: per-device code in ``shard_map``, the AllReduce in buckets.
 
 Each device runs the model on its own padded shard (``shard_map`` over the
-mesh axis, parameters replicated). The loss is the psum of the shards'
-masked sums divided by B, the rows of the whole update (an input of the step:
-micro-batches of an accumulated update divide by all of its rows), so each
-shard weighs n_i / B.
-``jax.grad`` of that loss with respect to the replicated parameters makes
-JAX emit the cross-device sum of the shards' gradients (the transpose of a
-replicated input is a psum): the AllReduce of contract: Loss, gradients and the update, with no hand-written
-communication. BatchNorm, whose backward pass is written out, sums its scale's and shift's gradients over the
-mesh itself (batchnorm.py). The optimizer's update (:mod:`.optimizers`) then runs replicated, identically on
+mesh axis, parameters replicated). Each device differentiates its shard's
+masked loss sum divided by B, the rows of the whole update (an input of the
+step: micro-batches of an accumulated update divide by all of its rows), so
+each shard weighs n_i / B, with respect to its own copy of the parameters;
+the sum of those gradients over the mesh, a few flat buckets (allreduce.py),
+is the AllReduce of contract: Loss, gradients and the update. The optimizer's update (:mod:`.optimizers`) then runs replicated, identically on
 every device. Dropout's multipliers (``drops``: node -> the core's masks, padded and sharded like ``x``) are a
 part of the batch: a dict of arrays, empty for a model without Dropout.
 """
@@ -29,6 +26,7 @@ from jax.sharding import PartitionSpec as P
 
 from multidev.engine import ModelSpec, Optimizer
 
+from .allreduce import all_sum, device_mean, vary
 from .devices import AXIS
 from .model import PRECISION, TF32, Compute, build
 from .optimizers import transformation
@@ -56,11 +54,16 @@ class Steps:
     optimizer: optax.GradientTransformation
 
 
-def _sums(logits: jax.Array, y: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Cross-entropy sum and correct count over the real rows of every shard (psum over the mesh)."""
+def _local_sums(logits: jax.Array, y: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Cross-entropy sum and correct count over this shard's real rows."""
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, y)
     loss_sum = jnp.sum(jnp.where(mask, ce, 0.0))
-    correct = jnp.sum(mask & (jnp.argmax(logits, axis=-1) == y), dtype=jnp.int32)
+    return loss_sum, jnp.sum(mask & (jnp.argmax(logits, axis=-1) == y), dtype=jnp.int32)
+
+
+def _sums(logits: jax.Array, y: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Cross-entropy sum and correct count over the real rows of every shard (psum over the mesh)."""
+    loss_sum, correct = _local_sums(logits, y, mask)
     return lax.psum(loss_sum, AXIS), lax.psum(correct, AXIS)
 
 
@@ -82,31 +85,33 @@ def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimi
     model = build(spec, sync, compute(mesh, precision, tf32))
     opt = transformation(optimizer)
 
-    def shard_forward(params, stats, x, drops, y, size):
+    def shard_gradients(params, stats, x, drops, y, size, whole):
+        """This device's gradient of its rows' share of the loss, summed over the mesh in buckets (allreduce.py)."""
         mask = jnp.arange(x.shape[0]) < size[0]
-        logits, updates = model.apply(_variables(params, stats), x, mask, drops, mutable=["batch_stats"])
-        loss_sum, correct = _sums(logits, y, mask)
-        return loss_sum, correct, updates.get("batch_stats", stats)
 
-    forward = jax.shard_map(shard_forward, mesh=mesh, in_specs=(REPLICATED, REPLICATED) + (SHARDED,) * 4,
-                            out_specs=(REPLICATED,) * 3)
+        def shard_loss(own):
+            logits, updates = model.apply(_variables(own, stats), x, mask, drops, mutable=["batch_stats"])
+            loss_sum, correct = _local_sums(logits, y, mask)
+            return loss_sum / whole, (loss_sum, correct, updates.get("batch_stats", stats))
 
-    def mean_loss(params, stats, x, drops, y, sizes, whole):
-        loss_sum, correct, new_stats = forward(params, stats, x, drops, y, sizes)
-        return loss_sum / whole, (loss_sum, correct, new_stats)
+        grads, (loss_sum, correct, new_stats) = jax.grad(shard_loss, has_aux=True)(vary(params, AXIS))
+        if not sync:  # each device's own running statistics: averaged over the devices with rows
+            new_stats = device_mean(new_stats, size[0] > 0, AXIS)
+        return all_sum(grads, AXIS), lax.psum(loss_sum, AXIS), lax.psum(correct, AXIS), new_stats
 
-    grad = jax.grad(mean_loss, has_aux=True)
+    grad = jax.shard_map(shard_gradients, mesh=mesh, out_specs=(REPLICATED,) * 4,
+                         in_specs=(REPLICATED, REPLICATED) + (SHARDED,) * 4 + (REPLICATED,))
 
     def apply(params, opt_state, grads, lr):
         updates, opt_state = opt.update(grads, optax.tree.set(opt_state, learning_rate=lr), params)
         return optax.apply_updates(params, updates), opt_state
 
     def train(params, opt_state, stats, x, drops, y, sizes, lr, whole):
-        grads, (loss_sum, correct, new_stats) = grad(params, stats, x, drops, y, sizes, whole)
+        grads, loss_sum, correct, new_stats = grad(params, stats, x, drops, y, sizes, whole)
         return *apply(params, opt_state, grads, lr), new_stats, loss_sum, correct
 
     def accumulate(params, opt_state, stats, held, x, drops, y, sizes, lr, whole, update):
-        grads, (loss_sum, correct, new_stats) = grad(params, stats, x, drops, y, sizes, whole)
+        grads, loss_sum, correct, new_stats = grad(params, stats, x, drops, y, sizes, whole)
         held = optax.tree.add(held, grads)
         params, opt_state, held = lax.cond(
             update, lambda: (*apply(params, opt_state, held, lr), optax.tree.zeros_like(held)),

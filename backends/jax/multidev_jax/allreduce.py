@@ -1,0 +1,73 @@
+"""The AllReduce of a step's gradients: a few flat buckets instead of one collective per parameter.
+
+Left to autodiff, the sum of replicated parameters' gradients is one psum per
+parameter (62 for ResNet-18) and BatchNorm adds three more per layer. Within
+one process that costs little; between processes every psum is a gloo
+round trip over TCP (measured here: 0.4-1 ms each however small, and 176
+psums of 62,500 floats take 2.4 times as long as 11 of 1,000,000). So the
+step differentiates each device's own loss with respect to its own copy of
+the parameters (``vary``: no implicit psum) and sums the gradients here, a
+few large flat buckets in the backward pass's order (last layers first,
+as torch's DDP does), which XLA may start while earlier layers still run.
+The sums are the same numbers as one psum per parameter: two shards' values
+added once, whichever array holds them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+#: floats per bucket (4 MB). Measured here (2 processes, ResNet-18, batch 128): buckets of 256 K floats, 1 M and
+#: one bucket for everything all took 600-670 ms a step, within the noise; a psum per parameter took 740
+BUCKET = 1 << 20
+
+
+def vary(tree: Any, axis: str) -> Any:
+    """``tree`` as a per-device value of the mesh, so that its gradient is each device's own (no psum)."""
+    if hasattr(lax, "pcast"):  # newer JAX's name
+        return jax.tree.map(lambda a: lax.pcast(a, axis, to="varying"), tree)
+    return jax.tree.map(lambda a: lax.pvary(a, axis), tree)
+
+
+def buckets(sizes: list[int], limit: int = BUCKET) -> list[list[int]]:
+    """Leaf indices grouped in reverse order into runs of at most ``limit`` floats (a larger leaf alone)."""
+    groups: list[list[int]] = []
+    filled = limit
+    for i in reversed(range(len(sizes))):
+        if filled + sizes[i] > limit:
+            groups.append([])
+            filled = 0
+        groups[-1].append(i)
+        filled += sizes[i]
+    return groups
+
+
+def all_sum(tree: Any, axis: str, limit: int = BUCKET) -> Any:
+    """Every leaf of ``tree`` summed over mesh axis ``axis``, a bucket of leaves per psum."""
+    leaves, treedef = jax.tree.flatten(tree)
+    out: list[Any] = [None] * len(leaves)
+    for group in buckets([a.size for a in leaves], limit):
+        total = lax.psum(jnp.concatenate([leaves[i].ravel() for i in group]), axis)
+        start = 0
+        for i in group:
+            out[i] = total[start:start + leaves[i].size].reshape(leaves[i].shape)
+            start += leaves[i].size
+    return jax.tree.unflatten(treedef, out)
+
+
+def device_mean(tree: Any, active: jax.Array, axis: str) -> Any:
+    """Mean of every leaf over the devices where ``active`` (one psum: the leaves and the device count)."""
+    leaves, treedef = jax.tree.flatten(tree)
+    if not leaves:
+        return tree
+    weight = active.astype(leaves[0].dtype)
+    total = lax.psum(jnp.concatenate([a.ravel() * weight for a in leaves] + [weight[None]]), axis)
+    count, start, out = jnp.maximum(total[-1], 1.0), 0, []
+    for a in leaves:
+        out.append((total[start:start + a.size] / count).reshape(a.shape))
+        start += a.size
+    return jax.tree.unflatten(treedef, out)
