@@ -11,12 +11,14 @@ come out identical on every device (the same rule as the torch engine).
 Flax's own ``nn.BatchNorm`` averages per-device means with equal weights,
 which is wrong for uneven shards; hence this module.
 
-Every per-channel sum, forward and backward, is a matrix-vector product
-(:func:`channel_sum`) and the backward pass is written out (:func:`normalize`).
-XLA:CPU turns a reduction over more than 32 elements into a reduce-window
-that it runs 10 to 15 times slower than the same sum as a matrix-vector
-product (f32[64,28,28,64] to 64 sums: 10 ms against 0.7-1.0 ms); left to
-autodiff, BatchNorm's five such sums per layer took 47% of a ResNet-18 step.
+The backward pass is written out (:func:`normalize`) so that every
+per-channel sum, forward and backward, goes through :func:`sums.channel_sum`,
+in the form this CPU runs fastest. XLA:CPU turns a reduction over more than
+32 elements into a reduce-window that an Intel Xeon ran 10 to 15 times slower
+than the same sum as a matrix-vector product (f32[64,28,28,64] to 64 sums:
+10 ms against 0.7-1.0 ms; left to autodiff, BatchNorm's five such sums per
+layer took 47% of a ResNet-18 step there), while an AMD EPYC runs the
+reductions faster: sums.py measures which.
 """
 
 from __future__ import annotations
@@ -31,21 +33,7 @@ from jax import lax
 
 from multidev.engine import BN_EPS, BN_MOMENTUM
 
-_VECTOR = (((0,), (0,)), ((), ()))  # contract axis 0 of both operands
-
-
-def channel_sum(a: jax.Array, weight: jax.Array) -> jax.Array:
-    """Per channel (last axis), the sum over rows weighted by ``weight`` and over every other axis.
-
-    Rows first (a weighted sum of a few dozen images), then the pixels: both
-    matrix-vector products at full precision, each accumulating few terms.
-    """
-    rows, channels = a.shape[0], a.shape[-1]
-    per_pixel = lax.dot_general(weight, a.reshape(rows, -1), _VECTOR, precision=lax.Precision.HIGHEST)
-    per_pixel = per_pixel.reshape(-1, channels)
-    ones = jnp.ones(per_pixel.shape[0], a.dtype)
-    return lax.dot_general(ones, per_pixel, _VECTOR, precision=lax.Precision.HIGHEST)
-
+from .sums import channel_sum
 
 def _whole(value: jax.Array, axis: str, sync: bool) -> jax.Array:
     """This shard's sum, or with ``sync`` the whole batch's (the same on every device)."""
@@ -56,15 +44,16 @@ def _rows(weight: jax.Array, x: jax.Array) -> jax.Array:
     return weight.reshape((-1,) + (1,) * (x.ndim - 1))
 
 
-def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, axis: str, sync: bool):
+def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, axis: str, sync: bool,
+             cpu: bool):
     per_row = x.size // (x.shape[0] * x.shape[-1]) if x.shape[0] else 1
     # the row count travels with the channel sums: one psum, not two
-    sums = _whole(jnp.append(channel_sum(x, weight), jnp.sum(weight) * per_row), axis, sync)
+    sums = _whole(jnp.append(channel_sum(x, weight, cpu), jnp.sum(weight) * per_row), axis, sync)
     count = sums[-1]
     n = jnp.maximum(count, 1.0)
     mean = sums[:-1] / n
     centred = x - mean
-    var = _whole(channel_sum(centred * centred, weight), axis, sync) / n  # two passes
+    var = _whole(channel_sum(centred * centred, weight, cpu), axis, sync) / n  # two passes
     # an empty shard's variance is 0: normalise its padding with 1 instead, so that rsqrt(eps) cannot blow it up
     # layer after layer. Padding rows stay finite and are never read (the statistics and the loss skip them)
     rstd = lax.rsqrt(jnp.where(count > 0, var, 1.0) + BN_EPS)
@@ -72,23 +61,23 @@ def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array,
     return xhat * gamma + beta, (mean, var, count), (xhat, rstd, n)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def normalize(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, axis: str, sync: bool):
+@partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def normalize(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, axis: str, sync: bool, cpu: bool):
     """(gamma * x_hat + beta, (mean, biased variance, count)) over the rows with weight 1.
 
     The statistics are for the running averages only: their gradient is not
     defined (use them under ``lax.stop_gradient``).
     """
-    out, stats, _ = _forward(x, weight, gamma, beta, axis, sync)
+    out, stats, _ = _forward(x, weight, gamma, beta, axis, sync, cpu)
     return out, stats
 
 
-def _normalize_fwd(x, weight, gamma, beta, axis, sync):
-    out, stats, (xhat, rstd, n) = _forward(x, weight, gamma, beta, axis, sync)
+def _normalize_fwd(x, weight, gamma, beta, axis, sync, cpu):
+    out, stats, (xhat, rstd, n) = _forward(x, weight, gamma, beta, axis, sync, cpu)
     return (out, stats), (xhat, rstd, n, weight, gamma)
 
 
-def _normalize_bwd(axis, sync, residuals, cotangents):
+def _normalize_bwd(axis, sync, cpu, residuals, cotangents):
     """dx = gamma * rstd / n * (n * g - sum g - x_hat * sum g x_hat), sums over the real rows (of the batch with sync).
 
     gamma's and beta's cotangents are this device's own: the step differentiates
@@ -98,7 +87,7 @@ def _normalize_bwd(axis, sync, residuals, cotangents):
     """
     xhat, rstd, n, weight, gamma = residuals
     g = cotangents[0]
-    dbeta, dgamma = channel_sum(g, weight), channel_sum(g * xhat, weight)
+    dbeta, dgamma = channel_sum(g, weight, cpu), channel_sum(g * xhat, weight, cpu)
     whole_dbeta, whole_dgamma = lax.psum((dbeta, dgamma), axis) if sync else (dbeta, dgamma)
     dx = (n * g - whole_dbeta - xhat * whole_dgamma) * (gamma * rstd / n)
     return dx * _rows(weight, g), jnp.zeros_like(weight), dgamma, dbeta
@@ -116,6 +105,7 @@ class BatchNorm(nn.Module):
 
     sync: bool = False
     axis: str = "data"
+    cpu: bool = True  # the sums' form is measured on CPUs only (sums.py)
 
     @nn.compact
     def __call__(self, x: jax.Array, mask: Optional[jax.Array]) -> jax.Array:
@@ -130,7 +120,7 @@ class BatchNorm(nn.Module):
         if mask is None:
             out = (x - running_mean.value) * (gamma * lax.rsqrt(running_var.value + BN_EPS)) + beta
             return out.astype(compute)
-        out, stats = normalize(x, mask.astype(x.dtype), gamma, beta, self.axis, self.sync)
+        out, stats = normalize(x, mask.astype(x.dtype), gamma, beta, self.axis, self.sync, self.cpu)
         # local statistics are this device's own: the step averages every layer's running statistics over the
         # devices with rows at once (allreduce.device_mean); sync ones are already the same on every device
         mean, var, _ = (lax.stop_gradient(s) for s in stats)

@@ -20,6 +20,7 @@ import hashlib
 import os
 import platform
 from pathlib import Path
+from typing import Optional
 
 import jax
 
@@ -28,6 +29,7 @@ OFF = ("0", "off", "false", "no")
 _HIT = "/jax/compilation_cache/cache_hits"
 _hits = [0]
 _note: list[str] = []
+_folder: list[Path] = []
 
 
 def _count(event: str, **_: object) -> None:
@@ -67,6 +69,7 @@ def configure() -> None:
         return
     if jax.config.jax_compilation_cache_dir and not value:
         _note.append(f"{jax.config.jax_compilation_cache_dir} (JAX's own setting, kept)")
+        _folder.append(Path(jax.config.jax_compilation_cache_dir))
         return
     folder = Path(value or default_folder()) / _cpu_tag()
     try:
@@ -76,9 +79,16 @@ def configure() -> None:
         return
     jax.monitoring.register_event_listener(_count)
     jax.config.update("jax_compilation_cache_dir", str(folder))
+    _folder.append(folder)
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # JAX skips compiles under 1 s
     _note.append(f"{folder} ({ENV}=off turns it off; only rank 0 of a job writes, so other ranks compile)")
+
+
+def folder() -> Optional[Path]:
+    """This CPU's cache folder, or None when the cache is off (or could not be made)."""
+    configure()
+    return _folder[0] if _folder else None
 
 
 def note() -> str:

@@ -1,0 +1,150 @@
+"""BatchNorm's per-channel sums in the form this CPU runs fastest, measured once per CPU kind and shape.
+
+XLA:CPU turns a sum over more than 32 elements into a reduce-window. On an
+Intel Xeon that ran 10-15 times slower than the same sum written as
+matrix-vector products (BatchNorm's sums were 47% of a ResNet-18 step); on an
+AMD EPYC (Zen 4) the matrix-vector products are the slower form (293 ms of a
+1.7 s step against 146 ms as reductions). No constant is right on both, so
+the first time a run meets a shape the engine times both forms of it and
+keeps the faster, in ``sums.json`` beside the compilation cache (whose
+folder is per CPU kind); ``multidev backends`` says what was chosen.
+
+``MULTIDEV_JAX_SUMS=matvec`` or ``reduce`` pins a form (the test suite pins
+``matvec``, so that its results do not depend on a timing). A job of several
+processes never measures: every process must compile the same program, so
+it takes the forms this machine has measured, ``matvec`` for shapes it has
+not. GPUs always take ``matvec``, as measured on one when this was written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from . import compile_cache
+
+ENV = "MULTIDEV_JAX_SUMS"
+FORMS = ("matvec", "reduce")
+DEFAULT = "matvec"
+_VECTOR = (((0,), (0,)), ((), ()))  # contract axis 0 of both operands
+_chosen: dict[str, str] = {}   # shape key -> form, as loaded and measured by this process
+_measured: list[str] = []      # keys this process measured itself
+_loaded: list[bool] = []
+
+
+def matvec(a: jax.Array, weight: jax.Array) -> jax.Array:
+    """Rows first (a weighted sum of a few dozen images), then the pixels: matrix-vector products at full precision."""
+    rows, channels = a.shape[0], a.shape[-1]
+    per_pixel = lax.dot_general(weight, a.reshape(rows, -1), _VECTOR, precision=lax.Precision.HIGHEST)
+    per_pixel = per_pixel.reshape(-1, channels)
+    ones = jnp.ones(per_pixel.shape[0], a.dtype)
+    return lax.dot_general(ones, per_pixel, _VECTOR, precision=lax.Precision.HIGHEST)
+
+
+def reduce(a: jax.Array, weight: jax.Array) -> jax.Array:
+    """The weighted rows summed by XLA's own reduction."""
+    return jnp.sum(a * weight.reshape((-1,) + (1,) * (a.ndim - 1)), axis=tuple(range(a.ndim - 1)))
+
+
+_FUNCTIONS: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {"matvec": matvec, "reduce": reduce}
+
+
+def _key(shape: tuple[int, ...], dtype: object) -> str:
+    return f"{'x'.join(str(d) for d in shape)}:{np.dtype(dtype).name}"
+
+
+def _file() -> Optional[Path]:
+    folder = compile_cache.folder()
+    return folder / "sums.json" if folder else None
+
+
+def _load() -> None:
+    if _loaded:
+        return
+    _loaded.append(True)
+    path = _file()
+    try:
+        saved = json.loads(path.read_text()) if path else {}
+    except (OSError, ValueError):  # none yet, or unreadable: measure again
+        saved = {}
+    _chosen.update({k: v for k, v in saved.items() if v in FORMS})
+
+
+def _save() -> None:
+    path = _file()
+    if path is None:
+        return
+    try:
+        saved = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        saved = {}
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        temporary.write_text(json.dumps({**saved, **_chosen}, indent=1, sort_keys=True))
+        os.replace(temporary, path)  # whole or not at all: runs of other processes read it
+    except OSError:
+        pass  # a read-only cache: the choice lives in this process only
+
+
+def _measure(shape: tuple[int, ...], dtype: object, repeats: int = 5) -> str:
+    """The faster form for BatchNorm's four sums of one layer (two forward, two backward) on this shape."""
+    rng = np.random.default_rng(0)
+    a = jax.device_put(rng.normal(size=shape).astype(dtype), jax.devices("cpu")[0])
+    weight = jax.device_put(np.ones(shape[0], dtype), jax.devices("cpu")[0])
+    best: dict[str, float] = {}
+    for name, fn in _FUNCTIONS.items():
+        layer = jax.jit(lambda a, w, fn=fn: (fn(a, w), fn(a * a, w), fn(a + 1, w), fn(a * (a + 1), w)))
+        jax.block_until_ready(layer(a, weight))
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(layer(a, weight))
+            times.append(time.perf_counter() - start)
+        best[name] = min(times)
+    return min(best, key=best.__getitem__)
+
+
+def form(shape: tuple[int, ...], dtype: object, cpu: bool) -> str:
+    """The form of the sums over ``shape`` (rows first, channels last) on this machine."""
+    pinned = os.environ.get(ENV, "").strip().lower()
+    if pinned in FORMS:
+        return pinned
+    if not cpu:
+        return DEFAULT
+    _load()
+    key = _key(shape, dtype)
+    if key not in _chosen:
+        if jax.process_count() > 1:
+            return DEFAULT
+        with jax.ensure_compile_time_eval():  # measured now, outside the step being traced
+            _chosen[key] = _measure(shape, dtype)
+        _measured.append(key)
+        _save()
+    return _chosen[key]
+
+
+def channel_sum(a: jax.Array, weight: jax.Array, cpu: bool = True) -> jax.Array:
+    """Per channel (last axis), the sum over rows weighted by ``weight`` and over every other axis."""
+    return _FUNCTIONS[form(a.shape, a.dtype, cpu)](a, weight)
+
+
+def note() -> str:
+    """What ``multidev backends`` says of the sums."""
+    pinned = os.environ.get(ENV, "").strip().lower()
+    if pinned in FORMS:
+        return f"{pinned} ({ENV}={pinned})"
+    _load()
+    counts = {name: sum(v == name for v in _chosen.values()) for name in FORMS}
+    where = _file() or "this process only: the compilation cache is off"
+    if not _chosen:
+        return f"measured on this CPU per shape at a run's first step, kept in {where}"
+    return (f"measured on this CPU, shapes: matvec for {counts['matvec']}, reduce for {counts['reduce']} "
+            f"({where}; {ENV}=matvec|reduce pins one)")

@@ -1,0 +1,88 @@
+"""BatchNorm's sums: both forms compute the same sums, and the measured choice is made once per shape and kept."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from multidev import load_backend
+
+    return load_backend("jax")
+
+
+@pytest.fixture
+def sums(engine, monkeypatch, tmp_path):
+    """The sums module measuring afresh, with its choices kept in a folder of this test's own."""
+    from multidev_jax import sums
+
+    engine.max_cpu_devices()
+    monkeypatch.delenv(sums.ENV, raising=False)
+    monkeypatch.setattr(sums.compile_cache, "folder", lambda: tmp_path)
+    monkeypatch.setattr(sums, "_chosen", {})
+    monkeypatch.setattr(sums, "_measured", [])
+    monkeypatch.setattr(sums, "_loaded", [])
+    return sums
+
+
+def test_both_forms_are_the_weighted_sums_of_float64_truth(engine):
+    from multidev_jax import sums
+    from multidev_jax.parallel import x64
+
+    engine.max_cpu_devices()
+    rng = np.random.default_rng(0)
+    a, weight = rng.normal(size=(6, 5, 4, 3)), rng.integers(0, 2, 6).astype(np.float64)
+    want = np.einsum("nhwc,n->c", a, weight)
+    with x64():
+        for name in sums.FORMS:
+            got = np.asarray(sums._FUNCTIONS[name](a, weight))
+            np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=name)
+
+
+def test_a_shape_is_measured_once_and_the_choice_is_kept_for_later_runs(sums, tmp_path, monkeypatch):
+    first = sums.form((8, 4, 4, 16), np.float32, cpu=True)
+    assert first in sums.FORMS and sums._measured == ["8x4x4x16:float32"]
+    assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == first and len(sums._measured) == 1
+    assert json.loads((tmp_path / "sums.json").read_text()) == {"8x4x4x16:float32": first}
+    # a later run reads the file instead of measuring: make the saved choice the other form to see it is read
+    other = next(f for f in sums.FORMS if f != first)
+    (tmp_path / "sums.json").write_text(json.dumps({"8x4x4x16:float32": other}))
+    sums._chosen.clear(), sums._loaded.clear()
+    monkeypatch.setattr(sums, "_measure", None)  # measuring again would fail
+    assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == other
+    assert f"{other} for 1" in sums.note()
+
+
+def test_pinned_gpus_and_jobs_of_several_processes_measure_nothing(sums, monkeypatch):
+    import jax
+
+    monkeypatch.setattr(sums, "_measure", None)
+    assert sums.form((8, 4, 4, 16), np.float32, cpu=False) == sums.DEFAULT
+    monkeypatch.setenv(sums.ENV, "reduce")
+    assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == "reduce" and "MULTIDEV_JAX_SUMS=reduce" in sums.note()
+    monkeypatch.delenv(sums.ENV)
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == sums.DEFAULT
+
+
+def test_a_step_measures_its_batchnorm_shapes_while_it_compiles(sums, tmp_path):
+    """The measuring runs while the step is traced (outside that trace): the step then trains as before."""
+    import jax
+
+    import multidev
+
+    jax.clear_caches()  # the step is traced afresh: an earlier test's trace of the same step would not measure
+    engine = multidev.load_backend("jax")
+    spec = multidev.ModelSpec("resnet18", (1, 6, 6), 10)  # shapes of this test alone
+    reps = multidev.replicate(engine, multidev.Setup(spec, multidev.resolve_devices(devices=2, max_cpu=8)),
+                              spec.init(0))
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(10, 1, 6, 6)).astype(np.float32), rng.integers(0, 10, 10)
+    stats = reps.train_step(reps.place(multidev.cut(x, y, multidev.shard_sizes(10, 2))), 0.1)
+    assert np.isfinite(stats.loss_sum) and stats.count == 10
+    saved = json.loads((tmp_path / "sums.json").read_text())
+    assert "8x6x6x64:float32" in saved and set(saved.values()) <= set(sums.FORMS)
