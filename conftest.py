@@ -5,15 +5,70 @@ variable themselves (tests/test_side_effects.py), so the test program does, as `
 """
 
 import atexit
+import ctypes
+import ctypes.util
+import gc
 import os
 import shutil
+import sys
 import tempfile
+
+import pytest
 
 from multidev.processes.threads import apply_threads
 
 apply_threads(None)
 
+# The JAX engine's BatchNorm sums in one form, not the one a timing picks: results must not depend on the machine's
+# load (backends/jax/tests/test_sums.py checks the measuring itself).
+os.environ.setdefault("MULTIDEV_JAX_SUMS", "matvec")
+
 # Compiled programs go to a folder of this test run (workers and subprocesses inherit it), not the user's cache.
 if not os.environ.get("MULTIDEV_COMPILE_CACHE"):
     os.environ["MULTIDEV_COMPILE_CACHE"] = tempfile.mkdtemp(prefix="multidev-test-compile-cache-")
     atexit.register(shutil.rmtree, os.environ["MULTIDEV_COMPILE_CACHE"], True)
+
+# Memory. The quick suite builds hundreds of models of different shapes in one process; a run of it peaked at 7.2 GB,
+# and held it. MXNet keeps a oneDNN primitive for every shape it met (MXNET_MKLDNN_CACHE_NUM: -1, no limit), JAX
+# keeps every compiled program, and glibc keeps freed memory for reuse. A test program sets this, not the engines
+# (they set no variable: tests/test_side_effects.py).
+os.environ.setdefault("MXNET_MKLDNN_CACHE_NUM", "64")
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c")) if sys.platform.startswith("linux") else None
+
+
+def _resident_mib() -> float:
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(ln.split()[1]) for ln in status if ln.startswith("VmRSS:")) / 1024
+    except (OSError, StopIteration):
+        return 0.0
+
+
+_FLOOR = [0.0]  # resident MiB after the last give-back
+
+
+def _give_back() -> None:
+    """Collect the cycles models leave (Gluon's blocks, replicas) now, and hand freed memory back to the system."""
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+    _FLOOR[0] = _resident_mib()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_memory():
+    """After each test file: drop compiled programs and give freed memory back."""
+    yield
+    if "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
+    if "multidev_jax.steps" in sys.modules:
+        sys.modules["multidev_jax.steps"].steps.cache_clear()
+    _give_back()
+
+
+@pytest.fixture(autouse=True)
+def _release_memory_when_high():
+    """After a test that left 512 MB more than the last give-back (a collection costs time: not after every test)."""
+    yield
+    if _resident_mib() > _FLOOR[0] + 512:
+        _give_back()
