@@ -78,7 +78,7 @@ def main() -> None:
                                 args.repeats)))
         return
 
-    from flops import matmul_peak, training_flops
+    from flops import peak, training_flops
     from timing import table
 
     import multidev
@@ -107,7 +107,7 @@ def main() -> None:
                     continue
                 runs.setdefault((backend, k), []).append(json.loads(proc.stdout.strip().splitlines()[-1]))
     shutil.rmtree(cache, ignore_errors=True)
-    peak, source = matmul_peak()  # after the workers: the parent holds no framework while they run
+    top, source = peak(len(os.sched_getaffinity(0)))  # after the workers: none holds a framework meanwhile
     rows = []
     for backend in args.backends.split(","):
         one = None
@@ -125,13 +125,13 @@ def main() -> None:
             one = got["samples_per_sec"] if k == 1 else one
             rows.append({"engine": backend, "devices": k, "samples/s": got["samples_per_sec"],
                          "vs 1 device": got["samples_per_sec"] / one if one else "",
-                         "% of fp32 peak": 100 * got["samples_per_sec"] * training_flops(spec) / 1e9 / peak,
+                         "% of fp32 peak": 100 * got["samples_per_sec"] * training_flops(spec) / 1e9 / top,
                          "first step s": min(cold) if cold else got["first_step_s"],
                          "cached first step s": min(warm) if warm else "",
                          "compile s": min(compiled) if compiled else got["compile_s"],
                          "threads": got["threads"]})
     print(f"# {args.model} {args.size}x{args.size}, batch {args.batch}, fp32; {platform.machine()}, "
-          f"{os.cpu_count()} cores; matmul peak {peak:.0f} GFLOP/s ({source}); "
+          f"{os.cpu_count()} cores; peak {top:.0f} GFLOP/s, the larger of {source}; "
           f"{training_flops(spec) / 1e9:.3f} GFLOP per training sample; median of {args.rounds} run(s) of "
           f"{args.repeats} x {args.steps} steps; {date.today()}")
     print(table(rows))

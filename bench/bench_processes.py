@@ -109,8 +109,48 @@ def mxnet_allreduce_seconds(numel: int, repeats: int = 5) -> float:
         return float(Path(out).read_text())
 
 
-#: JAX's all-reduce is a psum inside the compiled step, fused with its neighbours: no separate time to take.
-ALLREDUCE = {"torch": torch_allreduce_seconds, "mxnet": mxnet_allreduce_seconds}
+_JAX_WORKER = """
+import statistics, sys, time
+import numpy as np
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from multidev_jax.allreduce import all_sum
+rank, port, numel, repeats, out = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+jax.distributed.initialize(f"127.0.0.1:{port}", 2, rank)
+mesh = Mesh(np.array(jax.devices()), ("data",))
+sharded = NamedSharding(mesh, P("data"))
+# the engine's own bucketed sum, alone in a program: the gradients of two devices, one per process
+reduce = jax.jit(jax.shard_map(lambda g: all_sum(g, "data"), mesh=mesh, in_specs=P("data"), out_specs=P()))
+grads = jax.make_array_from_process_local_data(sharded, np.ones((1, numel), np.float32), (2, numel))
+reduce(grads).block_until_ready()
+times = []
+for _ in range(repeats):
+    start = time.perf_counter()
+    reduce(grads).block_until_ready()
+    times.append(time.perf_counter() - start)
+if rank == 0:
+    open(out, "w").write(str(statistics.median(times)))
+jax.distributed.shutdown()
+"""
+
+
+def jax_allreduce_seconds(numel: int, repeats: int = 5) -> float:
+    """One sum of the gradients between two JAX processes (gloo), as the engine's step does it (allreduce.py)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    with tempfile.TemporaryDirectory() as folder:
+        out = str(Path(folder) / "seconds")
+        workers = [subprocess.Popen([sys.executable, "-c", _JAX_WORKER, str(rank), str(port), str(numel),
+                                     str(repeats), out], env=env) for rank in (0, 1)]
+        for process in workers:
+            process.wait(timeout=300)
+        return float(Path(out).read_text())
+
+
+ALLREDUCE = {"torch": torch_allreduce_seconds, "jax": jax_allreduce_seconds, "mxnet": mxnet_allreduce_seconds}
+RUNTIME = {"torch": "gloo", "jax": "gloo, in the compiled step", "mxnet": "kvstore"}
 
 
 def main() -> None:
@@ -144,7 +184,7 @@ def main() -> None:
         median = {name: (statistics.median(t[0] for t in runs), statistics.median(t[1] for t in runs))
                   for name, runs in times.items()}
         ratio = median["1 process x 2 devices"][0] / median["2 processes x 1 device"][0]
-        reduce = f"{ALLREDUCE[backend](numel):.3f}" if backend in ALLREDUCE else "in the compiled step"
+        reduce = f"{ALLREDUCE[backend](numel):.3f} ({RUNTIME[backend]})" if backend in ALLREDUCE else ""
         for name, (epoch, startup) in median.items():
             extra = f"{ratio:.2f} | {reduce}" if name.startswith("2") else " | "
             print(f"| {backend} | {name} | {epoch:.2f} | {startup:.1f} | {extra} |")
