@@ -63,6 +63,7 @@ def _release_memory():
         sys.modules["jax"].clear_caches()
     if "multidev_jax.steps" in sys.modules:
         sys.modules["multidev_jax.steps"].steps.cache_clear()
+        sys.modules["multidev_jax.compiled"]._CACHE.clear()
     _give_back()
 
 

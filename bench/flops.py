@@ -6,7 +6,8 @@ import time
 
 import numpy as np
 
-from multidev.rules.models import ModelSpec, lenet_flat_features, resnet18_blocks
+from multidev.nn.zoo import resnet18_blocks
+from multidev.rules.models import ModelSpec
 
 
 def forward_flops(spec: ModelSpec) -> int:
@@ -15,7 +16,8 @@ def forward_flops(spec: ModelSpec) -> int:
     if spec.name == "lenet":
         h1, w1 = h - 2, w - 2
         h2, w2 = h1 // 2 - 4, w1 // 2 - 4
-        return 2 * (c * 20 * 9 * h1 * w1 + 20 * 50 * 25 * h2 * w2 + lenet_flat_features(h, w) * 128
+        flat = 50 * (h2 // 2) * (w2 // 2)  # the second pooling's output, flattened
+        return 2 * (c * 20 * 9 * h1 * w1 + 20 * 50 * 25 * h2 * w2 + flat * 128
                     + 128 * spec.num_classes)
     flops = 2 * c * 64 * 9 * h * w
     for b in resnet18_blocks():

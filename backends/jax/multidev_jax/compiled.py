@@ -4,6 +4,10 @@ XLA compilation is a one-time cost that would otherwise hide inside the first
 epoch. Steps are compiled ahead of time (``jit(...).lower(...).compile()``)
 so the time is measured exactly; executables are kept in a process-wide cache
 so a second replica set of the same model, mode and mesh pays nothing.
+In a job of several processes every process compiles each step (on a shared
+machine, at the same time on the same cores) and the first one done would
+wait for the others inside the step's first collective, which the epoch
+would count as training; a barrier after each compile counts that wait here.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ class Compiler:
         if compiled is None:
             start, hits = time.perf_counter(), compile_cache.hits()
             compiled = jitted.lower(*args).compile()  # type: ignore[attr-defined]
+            if jax.process_count() > 1:  # every process compiles the same steps in the same order
+                from jax.experimental import multihost_utils
+                multihost_utils.sync_global_devices("multidev: compiled")
             self.seconds += time.perf_counter() - start
             self.cached += compile_cache.hits() > hits
             _CACHE[key] = compiled
