@@ -28,9 +28,9 @@ BUCKET = 1 << 20
 
 def vary(tree: Any, axis: str) -> Any:
     """``tree`` as a per-device value of the mesh, so that its gradient is each device's own (no psum)."""
-    if hasattr(lax, "pcast"):  # newer JAX's name
-        return jax.tree.map(lambda a: lax.pcast(a, axis, to="varying"), tree)
-    return jax.tree.map(lambda a: lax.pvary(a, axis), tree)
+    if hasattr(lax, "pvary"):
+        return jax.tree.map(lambda a: lax.pvary(a, axis), tree)
+    return jax.tree.map(lambda a: lax.pcast(a, axis, to="varying"), tree)  # the name after pvary
 
 
 def buckets(sizes: list[int], limit: int = BUCKET) -> list[list[int]]:
