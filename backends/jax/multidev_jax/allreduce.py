@@ -46,16 +46,23 @@ def buckets(sizes: list[int], limit: int = BUCKET) -> list[list[int]]:
     return groups
 
 
+def _split(total: jax.Array, leaves: list[Any]) -> list[jax.Array]:
+    """``total``, the leaves raveled one after another, cut back into arrays of the leaves' shapes."""
+    out, start = [], 0
+    for a in leaves:
+        out.append(total[start:start + a.size].reshape(a.shape))
+        start += a.size
+    return out
+
+
 def all_sum(tree: Any, axis: str, limit: int = BUCKET) -> Any:
     """Every leaf of ``tree`` summed over mesh axis ``axis``, a bucket of leaves per psum."""
     leaves, treedef = jax.tree.flatten(tree)
     out: list[Any] = [None] * len(leaves)
     for group in buckets([a.size for a in leaves], limit):
         total = lax.psum(jnp.concatenate([leaves[i].ravel() for i in group]), axis)
-        start = 0
-        for i in group:
-            out[i] = total[start:start + leaves[i].size].reshape(leaves[i].shape)
-            start += leaves[i].size
+        for i, summed in zip(group, _split(total, [leaves[i] for i in group])):
+            out[i] = summed
     return jax.tree.unflatten(treedef, out)
 
 
@@ -66,8 +73,5 @@ def device_mean(tree: Any, active: jax.Array, axis: str) -> Any:
         return tree
     weight = active.astype(leaves[0].dtype)
     total = lax.psum(jnp.concatenate([a.ravel() * weight for a in leaves] + [weight[None]]), axis)
-    count, start, out = jnp.maximum(total[-1], 1.0), 0, []
-    for a in leaves:
-        out.append((total[start:start + a.size] / count).reshape(a.shape))
-        start += a.size
-    return jax.tree.unflatten(treedef, out)
+    count = jnp.maximum(total[-1], 1.0)
+    return jax.tree.unflatten(treedef, [summed / count for summed in _split(total, leaves)])

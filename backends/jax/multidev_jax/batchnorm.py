@@ -35,6 +35,7 @@ from multidev.engine import BN_EPS, BN_MOMENTUM
 
 from .sums import channel_sum
 
+
 def _whole(value: jax.Array, axis: str, sync: bool) -> jax.Array:
     """This shard's sum, or with ``sync`` the whole batch's (the same on every device)."""
     return lax.psum(value, axis) if sync else value
