@@ -36,7 +36,6 @@ FORMS = ("matvec", "reduce")
 DEFAULT = "matvec"
 _VECTOR = (((0,), (0,)), ((), ()))  # contract axis 0 of both operands
 _chosen: dict[str, str] = {}   # shape key -> form, as loaded and measured by this process
-_measured: list[str] = []      # keys this process measured itself
 _loaded: list[bool] = []
 _forced: list[str] = []        # the form being measured
 
@@ -148,7 +147,6 @@ def form(shape: tuple[int, ...], dtype: object, cpu: bool) -> str:
             return DEFAULT
         with jax.ensure_compile_time_eval():  # measured now, outside the step being traced
             _chosen[key] = _measure(shape, dtype)
-        _measured.append(key)
         _save()
     return _chosen[key]
 
