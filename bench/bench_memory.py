@@ -131,7 +131,7 @@ def remove_set(folder: Path) -> None:
 
 # ---- measuring, in a fresh process ------------------------------------------------------------------------------
 
-def _status() -> dict[str, int]:
+def status() -> dict[str, int]:
     """VmRSS, VmHWM, RssAnon, RssFile, RssShmem from /proc/self/status, in KiB."""
     out = {}
     with open("/proc/self/status") as f:
@@ -168,7 +168,7 @@ def sampling(every: float = 0.02) -> Iterator[dict[str, int]]:
     peak, stop = {"RssAnon": 0, "RssFile": 0, "VmRSS": 0}, threading.Event()
 
     def take() -> None:
-        now = _status()
+        now = status()
         for key, value in peak.items():
             peak[key] = max(value, now[key])
 
@@ -248,7 +248,7 @@ def measure(mode: str, folder: Path, rows: int, batch: int) -> dict:
     if mode == "train":
         import torch  # noqa: F401  (the framework's own memory counts in the baseline, not in the pass)
     import multidev.training.loop  # noqa: F401
-    start = _status()
+    start = status()
     clock = time.perf_counter()
     with sampling() as peak:
         if mode == "train":
@@ -258,7 +258,7 @@ def measure(mode: str, folder: Path, rows: int, batch: int) -> dict:
     seconds = time.perf_counter() - clock
     return {"mode": mode, "rows": rows, "seen": seen, "seconds": seconds,
             "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-            "hwm_kib": max(_status()["VmHWM"], peak["VmRSS"]),
+            "hwm_kib": max(status()["VmHWM"], peak["VmRSS"]),
             "anon_start_kib": start["RssAnon"], "peak_anon_kib": peak["RssAnon"],
             "peak_file_kib": peak["RssFile"], "rollup_kib": rollup}
 

@@ -40,6 +40,12 @@ def run(backend: str, form: list[str], epochs: int, model: str) -> tuple[float, 
     return result["sec_per_epoch"], wall - trained
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _torch_allreduce_worker(rank: int, port: int, numel: int, repeats: int, out: str) -> None:
     import torch
     import torch.distributed as dist
@@ -61,9 +67,7 @@ def _torch_allreduce_worker(rank: int, port: int, numel: int, repeats: int, out:
 def torch_allreduce_seconds(numel: int, repeats: int = 5) -> float:
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "seconds")
         mp.spawn(_torch_allreduce_worker, args=(port, numel, repeats, out), nprocs=2)
@@ -93,9 +97,7 @@ if os.environ["RANK"] == "0":
 
 def mxnet_allreduce_seconds(numel: int, repeats: int = 5) -> float:
     """One pushpull of the gradients through MXNet's dist_sync kvstore: 2 workers, a scheduler, a server."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1", DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(port), DMLC_NUM_SERVER="1",
                DMLC_NUM_WORKER="2")
     with tempfile.TemporaryDirectory() as folder:
@@ -136,9 +138,7 @@ jax.distributed.shutdown()
 
 def jax_allreduce_seconds(numel: int, repeats: int = 5) -> float:
     """One sum of the gradients between two JAX processes (gloo), as the engine's step does it (allreduce.py)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "seconds")

@@ -20,17 +20,15 @@ import platform
 import subprocess
 import sys
 from datetime import date
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_memory import status  # noqa: E402 - /proc/self/status, in KiB
 
 
-def _status() -> dict[str, float]:
-    """VmRSS and VmHWM of this process, in MiB."""
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0]) / 1024
-    return out
+def _mib(key: str) -> float:
+    """VmRSS (now) or VmHWM (the peak so far) of this process, in MiB."""
+    return status()[key] / 1024
 
 
 def worker(backend: str, epochs: int, devices: int, model: str) -> dict:
@@ -41,8 +39,8 @@ def worker(backend: str, epochs: int, devices: int, model: str) -> dict:
 
     after: list[float] = []
     result = multidev.train(backend, model=model, epochs=epochs, devices=devices, progress=False,
-                            on_epoch=lambda *_: after.append(_status()["VmRSS"]))
-    return {"rss_after_epoch": after, "peak": _status()["VmHWM"], "test_acc": result.test_acc}
+                            on_epoch=lambda *_: after.append(_mib("VmRSS")))
+    return {"rss_after_epoch": after, "peak": _mib("VmHWM"), "test_acc": result.test_acc}
 
 
 def main() -> None:
