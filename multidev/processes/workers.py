@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -40,6 +41,9 @@ def launch_train(engine: Backend, s: Settings) -> Result:
     """Start the workers of this machine, wait for them, and return rank 0's result (node 0 only)."""
     check_claims(engine, needed(dtype=s.dtype, batchnorm=s.batchnorm, processes=s.launch.size,
                                 optimizer=s.recipe.optimizer, accumulate=s.accumulate, precision=s.precision))
+    risk = s.launch.port_risk()
+    if risk:
+        warnings.warn(risk)
     with tempfile.TemporaryDirectory(prefix="multidev-launch-") as folder, worker_threads(s.processes):
         path = s.json if s.json is not None else str(Path(folder) / "result.json")
         if isinstance(s.dataset, Dataset) and s.nnodes > 1:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -32,6 +33,7 @@ import pytest
 
 from multidev.engines.registry import installed
 from multidev.outputs import checkpoint as ckpt
+from multidev.processes.launch import ephemeral_ports
 from multidev.testing._helpers import assert_states_close
 from multidev.testing.kit import FLOAT64_RTOL, SAME_ENGINE_RTOL, EngineFixtures
 
@@ -44,10 +46,23 @@ JOB = ["--model", "resnet18", "--dataset", "digits", "--epochs", "1", "--batch-s
 THREADS = str(max(1, len(os.sched_getaffinity(0)) // 2))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(after: int = 3) -> int:
+    """A port to meet at, free with the ``after`` ports a restarted job moves to, outside the ephemeral range.
+
+    See :meth:`multidev.processes.launch.Launch.port_risk` (seen once in CI:
+    machine 0 could not listen, machine 1 waited for ever).
+    """
+    low, high = ephemeral_ports()
+    below = range(10_000, low - after) if low - after > 10_000 else range(high + 1, 65_535 - after)
+    for port in random.sample(below, 200):
+        try:
+            for p in range(port, port + after + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("processes: no free port outside the ephemeral range")
 
 
 def command(engine: str, *args: str) -> list[str]:
@@ -120,6 +135,21 @@ def saved_mid_epoch(path: Path, epoch: int, jobs: Sequence[subprocess.Popen]) ->
         time.sleep(0.005)
     raise AssertionError(f"the job ended before it saved inside epoch {epoch}: "
                          + "".join(job.communicate()[1][-1500:] for job in jobs))
+
+
+def outcomes(launches: Sequence[subprocess.Popen], timeout: float) -> list[tuple[str, str]]:
+    """Every launch's (stdout, stderr) once all have ended; past ``timeout`` s all are killed and the check fails
+    with what each said (one machine's end may be the cause of another's wait)."""
+    deadline, done = time.monotonic() + timeout, []
+    try:
+        for launch in launches:
+            done.append(launch.communicate(timeout=max(1.0, deadline - time.monotonic())))
+    except subprocess.TimeoutExpired:
+        for launch in launches:
+            launch.kill()
+        said = [launch.communicate()[1][-1500:] for launch in launches]
+        raise AssertionError(f"processes: a launch did not end in {timeout:.0f} s; their stderr: {said}") from None
+    return done
 
 
 def kill_rank(marker: str, rank: int, launchers: Sequence[subprocess.Popen]) -> None:
@@ -227,7 +257,7 @@ class MultiProcessChecks(EngineFixtures):
         nodes = [subprocess.Popen(command(engine.name, *args, "--node-rank", str(r),
                                           "--checkpoint", str(tmp_path / f"node{r}.npz")),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
-        outputs = [node.communicate(timeout=600) for node in nodes]
+        outputs = outcomes(nodes, 600)
         assert [n.returncode for n in nodes] == [0, 0], outputs
         assert not (tmp_path / "node1.npz").exists(), "processes: a rank other than 0 wrote the checkpoint"
         run(engine.name, "--devices", "2", "--checkpoint", str(tmp_path / "devices.npz"))
@@ -324,7 +354,7 @@ class MultiProcessChecks(EngineFixtures):
         try:
             saved_mid_epoch(hit, 2, nodes)
             kill_rank(str(hit), 1, nodes)
-            errs = [node.communicate(timeout=600)[1] for node in nodes]
+            errs = [err for _, err in outcomes(nodes, 600)]
         finally:
             for node in nodes:
                 node.kill()
@@ -348,7 +378,7 @@ class MultiProcessChecks(EngineFixtures):
             assert first.startswith("epoch 1/50"), first + nodes[0].stderr.read()
             kill_rank(f"{marker}1.npz", 1, nodes)
             killed = time.monotonic()
-            errs = [node.communicate(timeout=KILL_DEADLINE + 30)[1] for node in nodes]
+            errs = [err for _, err in outcomes(nodes, KILL_DEADLINE + 30)]
             seconds = time.monotonic() - killed
         finally:
             for node in nodes:
@@ -380,7 +410,7 @@ class MultiProcessChecks(EngineFixtures):
         nodes = [subprocess.Popen(command(engine.name, *args, "--node-rank", str(r), "--lr", lr),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for r, lr in ((0, "0.1"), (1, "0.2"))]
-        outputs = [node.communicate(timeout=300) for node in nodes]
+        outputs = outcomes(nodes, 300)
         for node, (out, err) in zip(nodes, outputs):
             assert node.returncode == 2, (out, err)
             assert "epoch 1" not in out, "processes: ranks with other settings trained"

@@ -66,6 +66,8 @@ ROLE_ENV = "MULTIDEV_MXNET_ROLE"
 SCHEDULER, SERVERS, WORKERS = 1, 2, 4
 #: seconds between heartbeats, and without one before a process counts as dead
 HEARTBEAT_SECONDS, DEAD_AFTER = 1, 10
+#: seconds a worker waits for the scheduler and every other process (JAX's own initialization_timeout)
+JOIN_SECONDS = 300
 
 _open: dict[str, object] = {}   # "kv": this worker's dist_sync kvstore while it is in a job; "unwatch"
 _keys: set[int] = set()          # keys initialised on it (every rank initialises the same keys in the same order)
@@ -96,12 +98,17 @@ def launch(argv: Sequence[str], launch: Launch) -> list[Restart]:
 def join(group: ProcessGroup, local_rank: int) -> None:
     """Open this worker's ``dist_sync`` kvstore (the launcher's ``DMLC_*`` variables say where the scheduler is)."""
     mx = mxnet()
+    waiting = threading.Timer(JOIN_SECONDS, unreached, args=(group.rank,))
+    waiting.daemon = True
+    waiting.start()
     try:
         kv = mx.kv.create("dist_sync")
     except mx.base.MXNetError as exc:
         raise MultidevError(f"rank {group.rank} could not open MXNet's dist_sync kvstore: "
                             f"{first_line(exc)[:200]}; start workers with `multidev train "
                             f"--processes N`, which starts the scheduler and servers too") from None
+    finally:
+        waiting.cancel()
     if kv.num_workers != group.size:
         raise MultidevError(f"MXNet's scheduler counts {kv.num_workers} workers, the launcher started {group.size}: "
                             f"set DMLC_NUM_WORKER to the job's process count")
@@ -111,6 +118,15 @@ def join(group: ProcessGroup, local_rank: int) -> None:
                       "uninitialised, and the zeroed heap the launcher asks glibc for did not clear it): float64 "
                       "sums across processes are float32's")
     ensure_keys([SUM_KEY], [mx.nd.zeros((SUM_WIDTH,), dtype="float64")])
+
+
+def unreached(rank: int) -> None:
+    """End a worker that met no job in ``JOIN_SECONDS``: ps-lite would wait for the scheduler for ever."""
+    where = f"{os.environ.get('DMLC_PS_ROOT_URI')}:{os.environ.get('DMLC_PS_ROOT_PORT')}"
+    print(f"multidev: error: rank {rank} met no MXNet job at {where} in {JOIN_SECONDS} s: start machine 0 "
+          f"(--node-rank 0) with the same --master, and every machine with the same --nnodes",
+          file=sys.stderr, flush=True)
+    os._exit(1)
 
 
 def carries_float64(kv) -> bool:
