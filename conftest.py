@@ -23,6 +23,20 @@ apply_threads(None)
 # load (backends/jax/tests/test_sums.py checks the measuring itself).
 os.environ.setdefault("MULTIDEV_JAX_SUMS", "matvec")
 
+
+
+def pytest_configure(config):
+    """The quick suite (``-m 'not slow'``, the default) compiles JAX's programs with LLVM's optimisation off.
+
+    Its hundreds of tiny programs are compiled once and run a step or two: a LeNet float64 gradient compiles in
+    0.8 s instead of 2.4 s, and the JAX engine's quick tests take 114 s instead of 179 s (AMD EPYC, 2 cores). The
+    promises are judged against a float64 truth either way; the slow run (``-m slow``) keeps XLA's default, which
+    users get, and trains at its speed. Subprocesses inherit the flag.
+    """
+    if config.option.markexpr == "not slow" and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+
+
 # Compiled programs go to a folder of this test run (workers and subprocesses inherit it), not the user's cache.
 if not os.environ.get("MULTIDEV_COMPILE_CACHE"):
     os.environ["MULTIDEV_COMPILE_CACHE"] = tempfile.mkdtemp(prefix="multidev-test-compile-cache-")
