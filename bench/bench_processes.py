@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import tempfile
 import time
 from datetime import date
 from pathlib import Path
+
+from multidev.testing.processes import free_port  # below the ephemeral range: no worker takes it from itself
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -38,12 +39,6 @@ def run(backend: str, form: list[str], epochs: int, model: str) -> tuple[float, 
         result = json.loads(out.read_text())
     trained = sum(e["seconds"] for e in result["epochs"])
     return result["sec_per_epoch"], wall - trained
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _torch_allreduce_worker(rank: int, port: int, numel: int, repeats: int, out: str) -> None:
@@ -67,7 +62,7 @@ def _torch_allreduce_worker(rank: int, port: int, numel: int, repeats: int, out:
 def torch_allreduce_seconds(numel: int, repeats: int = 5) -> float:
     import torch.multiprocessing as mp
 
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "seconds")
         mp.spawn(_torch_allreduce_worker, args=(port, numel, repeats, out), nprocs=2)
@@ -97,7 +92,7 @@ if os.environ["RANK"] == "0":
 
 def mxnet_allreduce_seconds(numel: int, repeats: int = 5) -> float:
     """One pushpull of the gradients through MXNet's dist_sync kvstore: 2 workers, a scheduler, a server."""
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1", DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(port), DMLC_NUM_SERVER="1",
                DMLC_NUM_WORKER="2")
     with tempfile.TemporaryDirectory() as folder:
@@ -138,7 +133,7 @@ jax.distributed.shutdown()
 
 def jax_allreduce_seconds(numel: int, repeats: int = 5) -> float:
     """One sum of the gradients between two JAX processes (gloo), as the engine's step does it (allreduce.py)."""
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "seconds")
