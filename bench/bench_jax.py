@@ -17,14 +17,24 @@ and devices, through ``keras.distribution.DataParallel`` and
 ``train_on_batch`` (which reads its loss back every step, as the engine
 does); without Keras that column is skipped with the reason.
 
-    python bench/bench_jax.py                      # ~2 minutes on 2 CPU cores
+Each contender runs in a process of its own (fresh JAX, same environment), as an
+outside check would time it: in one process, whichever ran later inherited
+the others' threads and memory (measured on an AMD EPYC: Keras 0.94 / 1.08 of
+the engine in one process, 0.79 / 0.82 timed alone). ``--rounds`` alternates
+them and keeps each one's median; ``--one-process`` is the old way.
+
+    python bench/bench_jax.py                      # ~3 minutes on 2 CPU cores
     python bench/bench_jax.py --size 32 --batch 256 --steps 20 --devices 1,2,4
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
+import subprocess
+import sys
 import time
 from functools import partial
 
@@ -43,7 +53,21 @@ def parse() -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--sync-loss", action="store_true",
                    help="the hand-written loop also reads its loss back every step, as the engine must")
+    p.add_argument("--rounds", type=int, default=1, help="alternating runs of the three; each one's median")
+    p.add_argument("--one-process", action="store_true", help="time all three in this process, one after another")
+    p.add_argument("--alone", choices=CONTENDERS, help=argparse.SUPPRESS)  # one contender, in a process of its own
     return p.parse_args()
+
+
+CONTENDERS = ("engine", "hand", "keras")
+
+
+def alone(args: argparse.Namespace, name: str, k: int) -> tuple[float, float]:
+    """(samples/s, compile or first-step s) of one contender on ``k`` devices, timed in a fresh process."""
+    argv = [a for a in sys.argv[1:] if a != "--one-process"]
+    done = subprocess.run([sys.executable, __file__, *argv, "--devices", str(k), "--alone", name],
+                          capture_output=True, text=True, check=True)
+    return tuple(json.loads(done.stdout.strip().splitlines()[-1]))  # type: ignore[return-value]
 
 
 def main() -> None:
@@ -71,10 +95,21 @@ def main() -> None:
         print(f"Keras 3: skipped ({keras_missing})")
     print(f"{'devices':>7} {'engine samples/s':>17} {'hand-written':>13} {'ratio':>6} {'keras':>7} "
           f"{'engine/keras':>12} {'engine compile s':>17} {'hand compile s':>15} {'keras first step s':>19}")
+    timers = {"engine": partial(time_engine, engine), "hand": time_handwritten, "keras": time_keras}
+    if args.alone:
+        print(json.dumps(timers[args.alone](args, counts[0], x, y)))
+        return
+    names = [n for n in CONTENDERS if n != "keras" or not keras_missing]
     for k in counts:
-        eng_rate, eng_compile = time_engine(engine, args, k, x, y)
-        ref_rate, ref_compile = time_handwritten(args, k, x, y)
-        ker_rate, ker_first = (float("nan"), float("nan")) if keras_missing else time_keras(args, k, x, y)
+        runs: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+        for _ in range(args.rounds):
+            for n in names:
+                runs[n].append(timers[n](args, k, x, y) if args.one_process else alone(args, n, k))
+        medians = {n: (statistics.median(r[0] for r in got), statistics.median(r[1] for r in got))
+                   for n, got in runs.items()}
+        eng_rate, eng_compile = medians["engine"]
+        ref_rate, ref_compile = medians["hand"]
+        ker_rate, ker_first = medians.get("keras", (float("nan"), float("nan")))
         print(f"{k:>7} {eng_rate:>17.1f} {ref_rate:>13.1f} {eng_rate / ref_rate:>6.2f} {ker_rate:>7.1f} "
               f"{eng_rate / ker_rate:>12.2f} {eng_compile:>17.2f} {ref_compile:>15.2f} {ker_first:>19.2f}",
               flush=True)
