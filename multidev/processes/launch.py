@@ -58,13 +58,15 @@ class Launch:
         and then, given that very port for its own end when it lies in the
         ephemeral range: it connects to itself and holds the port (measured
         here: once in ~14,000 tries), and machine 0 then cannot listen there.
+        Machines that wait for machine 0 (or a restart) try for longest; the
+        workers of one machine, started with their rendezvous, for a moment.
         """
-        if self.nnodes == 1 and not self.max_restarts:
-            return None  # machine 0 listens before its workers connect
+        if self.size == 1:
+            return None  # one process meets nobody
         low, high = ephemeral_ports()
         port = parse_master(self.master)[1]
         if port + self.max_restarts < low or port > high:
             return None
         return (f"--master port {port} (to {port + self.max_restarts} with restarts) lies in this machine's ephemeral "
-                f"range {low}-{high}: a machine waiting for machine 0 can take it by connecting to itself; choose a "
+                f"range {low}-{high}: a process waiting for machine 0 can take it by connecting to itself; choose a "
                 f"port below {low}, such as 29500")

@@ -393,9 +393,9 @@ class MultiProcessChecks(EngineFixtures):
     def test_a_port_in_use_is_one_line(self, engine):
         self.needs_processes(engine)
         with socket.socket() as taken:
-            taken.bind(("127.0.0.1", 0))
+            port = free_port()
+            taken.bind(("127.0.0.1", port))
             taken.listen()
-            port = taken.getsockname()[1]
             run = subprocess.run(command(engine.name, "--processes", "2", "--master", f"127.0.0.1:{port}"),
                                  capture_output=True, text=True, timeout=300)
         lines = run.stderr.strip().splitlines()

@@ -80,12 +80,12 @@ def test_sigterm_to_the_launcher_reaches_every_worker_and_ends_without_a_restart
 
 
 def test_a_master_port_in_the_ephemeral_range_is_named_where_machines_wait(monkeypatch):
-    """Across machines (or with restarts) a port the kernel may give a connection is a risk; one machine's is not."""
+    """Where processes wait to meet, a port the kernel may give a connection is a risk; one process meets nobody."""
     monkeypatch.setattr("multidev.processes.launch.ephemeral_ports", lambda: (32768, 60999))
-    assert Launch(processes=2, master="127.0.0.1:40000").port_risk() is None  # machine 0 listens first
+    assert Launch(processes=1, master="127.0.0.1:40000").port_risk() is None
     assert Launch(nnodes=2, master="127.0.0.1:29500", max_restarts=3).port_risk() is None
     risk = Launch(nnodes=2, master="127.0.0.1:32767", max_restarts=1).port_risk()
     assert risk == ("--master port 32767 (to 32768 with restarts) lies in this machine's ephemeral range 32768-60999: "
-                    "a machine waiting for machine 0 can take it by connecting to itself; choose a port below 32768, "
+                    "a process waiting for machine 0 can take it by connecting to itself; choose a port below 32768, "
                     "such as 29500")
     assert Launch(processes=2, master="127.0.0.1:45000", max_restarts=1).port_risk() is not None
