@@ -24,7 +24,6 @@ apply_threads(None)
 os.environ.setdefault("MULTIDEV_JAX_SUMS", "matvec")
 
 
-
 def pytest_configure(config):
     """The quick suite (``-m 'not slow'``, the default) compiles JAX's programs with LLVM's optimisation off.
 
