@@ -125,11 +125,11 @@ def test_sync_batchnorm_gradients_with_dropout(engine):
     assert_states_close(got, want, rtol=CROSS_ENGINE_RTOL, promise="float32 sync BatchNorm gradients")
 
 
-def test_bf16_gradients_with_dropout(engine):
+def test_bf16_gradients_with_dropout(bf16):
     """contrib.amp's bfloat16 graph takes the masks as data too (seed weights: the moved ones amplify bf16's error)."""
     x, y = data()
     setup = multidev.Setup(SPEC, resolve_devices(devices=2), precision="bf16")
-    reps = multidev.replicate(engine, setup, SPEC.init(0))
+    reps = multidev.replicate(bf16, setup, SPEC.init(0))
     got = flat(reps.gradients(reps.place(shards(x, y, dtype=np.float32))))
     want = flat(reference.gradients(SPEC, SPEC.init(0), x, y, SIZES, masks=whole_masks()))
     err = float(np.linalg.norm(got - want) / np.linalg.norm(want))

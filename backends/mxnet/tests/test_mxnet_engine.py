@@ -187,13 +187,13 @@ def test_idle_contexts_hand_on_earlier_micro_batches(engine):
                         promise="accumulate: micro-batches 3 + 1 on 3 devices are not the update of their 4 rows")
 
 
-def test_bf16_micro_batches_add_up(engine):
+def test_bf16_micro_batches_add_up(bf16):
     """MXNet 1.9.1's amp_cast to bfloat16 drops grad_req="add" (the gradient stays 0): the engine's identity keeps it."""
     x, y = batch(LENET, 8, seed=7)
     setup = dict(precision="bf16", optimizer=Optimizer(momentum=0.9))
-    whole = multidev.replicate(engine, multidev.Setup(LENET, resolve_devices(devices=1), **setup), LENET.init(0))
+    whole = multidev.replicate(bf16, multidev.Setup(LENET, resolve_devices(devices=1), **setup), LENET.init(0))
     whole.train_step(whole.place(multidev.cut(x, y, [8])), lr=0.1)
-    parts = multidev.replicate(engine, multidev.Setup(LENET, resolve_devices(devices=1), accumulate=2, **setup),
+    parts = multidev.replicate(bf16, multidev.Setup(LENET, resolve_devices(devices=1), accumulate=2, **setup),
                                LENET.init(0))
     _steps(parts, [(0, 4), (4, 8)], x, y, 1)
     want, got = _step_of(whole, LENET), _step_of(parts, LENET)
@@ -235,3 +235,19 @@ def test_quickstart_reaches_the_accuracy_band_on_digits(tmp_path):
     result = json.loads(out.read_text())
     assert result["backend"] == "mxnet" and len(result["devices"]) == 2 and result["test_total"] == 360
     assert settled_accuracy(result) >= ACCURACY_FLOOR, proc.stdout
+
+
+@pytest.mark.parametrize("has_avx512", [True, False])
+def test_bf16_is_claimed_where_the_cpus_onednn_computes_it(monkeypatch, has_avx512):
+    """oneDNN's bfloat16 convolutions need AVX-512: on an AVX2 CPU (a Zen 3 EPYC) MXNet failed inside the first one."""
+    from multidev_mxnet import backend, cpu
+
+    flags = {"fma", "avx2"} | ({"avx512f", "avx512bw", "avx512vl", "avx512dq"} if has_avx512 else set())
+    monkeypatch.setattr(cpu, "flags", lambda: frozenset(flags))
+    engine = backend.MXNetBackend()
+    assert ("bf16" in engine.capabilities) == has_avx512
+    assert backend.MXNetBackend.capabilities.isdisjoint({"bf16"}), "one machine's answer leaked into the class"
+    if not has_avx512:
+        assert "AVX-512" in cpu.bf16_note() and "this CPU has AVX2" in cpu.bf16_note()
+        with pytest.raises(multidev.MultidevError, match="the mxnet engine does not offer bf16: use --precision fp32"):
+            multidev.train(engine, precision="bf16", epochs=1)
