@@ -9,6 +9,9 @@ share a home folder keep apart entries. Set ``MULTIDEV_COMPILE_CACHE=off``
 a folder to keep the cache there. A folder the user gave JAX itself
 (``jax_compilation_cache_dir``) is kept.
 
+In a job of several processes rank 0 compiles and writes, and the others
+load its executables (see :mod:`.shared_compile`).
+
 Like the CPU device count, it is applied on the engine's first call of a
 run, never at import: JAX decides once, at its first compilation, whether a
 cache is used.
@@ -82,7 +85,8 @@ def configure() -> None:
     _folder.append(folder)
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # JAX skips compiles under 1 s
-    _note.append(f"{folder} ({ENV}=off turns it off; only rank 0 of a job writes, so other ranks compile)")
+    _note.append(f"{folder} ({ENV}=off turns it off; in a job rank 0 compiles and writes, and its other "
+                 f"processes on the same CPU kind load rank 0's executables)")
 
 
 def folder() -> Optional[Path]:

@@ -4,10 +4,11 @@ XLA compilation is a one-time cost that would otherwise hide inside the first
 epoch. Steps are compiled ahead of time (``jit(...).lower(...).compile()``)
 so the time is measured exactly; executables are kept in a process-wide cache
 so a second replica set of the same model, mode and mesh pays nothing.
-In a job of several processes every process compiles each step (on a shared
-machine, at the same time on the same cores) and the first one done would
-wait for the others inside the step's first collective, which the epoch
-would count as training; a barrier after each compile counts that wait here.
+In a job of several processes rank 0 compiles each step and the others load
+its executable (:mod:`.shared_compile`), or, across CPUs of different kinds,
+each compiles its own; either way the first one done would wait for the
+others inside the step's first collective, which the epoch would count as
+training; a barrier after each compile counts that wait here.
 """
 
 from __future__ import annotations

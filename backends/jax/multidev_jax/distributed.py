@@ -21,6 +21,7 @@ import numpy as np
 
 from multidev.engine import Launch, MultidevError, ProcessGroup, Restart, first_line, spawn
 
+from . import shared_compile
 from .devices import configure_cpu_devices
 
 #: seconds before JAX's survivors of a dead process give up (100 by default); the launcher usually ends them first
@@ -41,6 +42,7 @@ def join(group: ProcessGroup, local_rank: int) -> None:
                                    heartbeat_timeout_seconds=HEARTBEAT_SECONDS)
     except Exception as exc:  # noqa: BLE001 - the coordinator's many ways to fail: one line each
         raise MultidevError(f"rank {group.rank} could not join the job at {address}: {first_line(exc)[:200]}") from None
+    shared_compile.share(group.rank, group.size)
 
 
 def leave() -> None:

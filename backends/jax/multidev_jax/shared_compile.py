@@ -1,0 +1,71 @@
+"""One compilation for all of a job's processes: rank 0 compiles each step, the others load its executable.
+
+JAX can do this itself (``jax_share_binary_between_hosts``: the first process
+compiles and hands the executable to the others through the job's key-value
+store, and its persistent cache then holds it for every rank), but on the CPU
+each process computes another cache key for the same program, because the
+key holds the CPU topology as that process sees it (which devices are its
+own). The others then wait for a key rank 0 never writes, and a job of two
+processes hung (JAX 0.7.1); with sharing off, rank 1 compiled every step
+on every run, cache or not, since JAX writes persistent entries from rank 0
+only.
+
+So where every process of the job runs on the same kind of CPU (the
+processes compare the cache folder's CPU tag through the key-value store),
+the topology part of the key is replaced by what all processes see alike:
+each device's global id, process and kind, and the CPU tag. An executable is
+machine code: where the CPUs differ, every process compiles its own, as
+before. All of it rests on two private JAX names; where they are missing
+(another JAX), nothing is shared and ``note`` says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable
+
+import jax
+
+from . import compile_cache
+
+_state: list[str] = []   # this process's note, once decided
+_TAG_KEY = "multidev/cpu-tag/{rank}"
+TAG_WAIT_MS = 60_000
+
+
+def _same_key_for_all(tag: str) -> Callable[[Any, Any], None]:
+    def hash_devices(hash_obj: Any, devices: Any) -> None:
+        for device in devices.flat:
+            hash_obj.update(f"{device.id}/{device.process_index}/{device.device_kind};".encode())
+        hash_obj.update(tag.encode())
+    return hash_devices
+
+
+def _tags(client: Any, rank: int, size: int, tag: str) -> set[str]:
+    client.key_value_set(_TAG_KEY.format(rank=rank), tag)
+    return {client.blocking_key_value_get(_TAG_KEY.format(rank=r), TAG_WAIT_MS) for r in range(size)}
+
+
+def share(rank: int, size: int) -> str:
+    """After ``jax.distributed.initialize``: share compilations if every process has this CPU."""
+    if _state or size < 2 or jax.default_backend() != "cpu":
+        return note()
+    try:
+        from jax._src import cache_key
+        from jax._src.distributed import global_state
+        original = cache_key._hash_accelerator_config  # noqa: F841 - present in the JAX this rests on
+    except (ImportError, AttributeError):
+        _state.append("not shared (this JAX lacks the names it rests on): every process compiles")
+        return note()
+    tag = compile_cache._cpu_tag()
+    if len(_tags(global_state.client, rank, size, tag)) > 1:
+        _state.append("not shared: the job's machines have different CPUs, so each compiles its own")
+        return note()
+    cache_key._hash_accelerator_config = _same_key_for_all(hashlib.sha256(tag.encode()).hexdigest())
+    jax.config.update("jax_share_binary_between_hosts", True)
+    _state.append("shared: rank 0 compiles each step, the other processes load its executable")
+    return note()
+
+
+def note() -> str:
+    return _state[0] if _state else "each process compiles (a job of one process, or not started yet)"

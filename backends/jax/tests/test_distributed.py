@@ -1,0 +1,60 @@
+"""The JAX engine's process group beyond the kit: one compilation shared by a job's processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from multidev.testing.processes import free_port
+
+WORKER = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import jax, jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import multidev_jax.distributed as distributed
+    from multidev_jax import compile_cache, compiled, shared_compile
+    from multidev.engine import ProcessGroup
+    rank = int(sys.argv[1])
+    distributed.join(ProcessGroup(rank, 2), 0)
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("d")), np.full((1, 3), rank + 1.0, np.float32))
+    step = compiled.Compiler().get("sum", jax.jit(lambda x: jnp.sum(jnp.sin(x) * 2.0)), x)
+    total = float(step(x))
+    print(json.dumps({"rank": rank, "hits": compile_cache.hits(), "total": total, "note": shared_compile.note()}))
+    distributed.leave()
+""")
+
+
+def _job(cache: str) -> list[dict]:
+    env = dict(os.environ, MULTIDEV_COMPILE_CACHE=cache, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               MULTIDEV_JAX_CPU_DEVICES="1")
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for r in range(2)]
+    try:
+        outs = [p.communicate(timeout=180) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+
+
+@pytest.mark.slow  # two jobs of two JAX processes (about 20 s)
+def test_a_jobs_processes_share_one_compilation_and_its_cache_entry(tmp_path):
+    """Before, rank 1 computed another cache key: it compiled on every run and never read rank 0's entry."""
+    cache = str(tmp_path / "cache")
+    first, second = _job(cache), _job(cache)
+    expected = 2.0 * 3 * (float(__import__("math").sin(1.0)) + float(__import__("math").sin(2.0)))
+    for run in (first, second):
+        assert [r["rank"] for r in run] == [0, 1]
+        assert all(abs(r["total"] - expected) < 1e-5 for r in run), run
+        assert all(r["note"].startswith("shared") for r in run), run
+    assert [r["hits"] for r in first] == [0, 0], first  # rank 0 compiled, rank 1 loaded it from the job's store
+    assert second[0]["hits"] == second[1]["hits"] >= 1, second  # both read the entries rank 0 wrote
