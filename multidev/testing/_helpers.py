@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
+import pytest
 
 from multidev.rules.models import ModelSpec, State
 
@@ -72,3 +73,13 @@ def kink_margin(spec: ModelSpec, state: State, x: np.ndarray, sizes=None,
     margin = min(float(np.abs(v).min()) / r for v, r in zip(exact, rms))
     reach = max(float(np.abs(v - w).max()) / r for v, w, r in zip(exact, single, rms))
     return margin, reach
+
+
+def quick(values: Sequence[Any], keep: Iterable[Any]) -> list[Any]:
+    """Parameters for ``parametrize``: those in ``keep`` run in the quick suite, the rest with ``-m slow``.
+
+    The quick suite must stay within minutes on the slowest CPU these machines have (it took 8 min on a Zen 3
+    EPYC where a Zen 4 took 4); CI runs both, so every case still runs before anything lands.
+    """
+    keep = list(keep)
+    return [v if v in keep else pytest.param(v, marks=pytest.mark.slow) for v in values]

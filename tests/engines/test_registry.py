@@ -34,6 +34,7 @@ def test_known_engine_not_installed_says_what_to_install(monkeypatch):
         load_backend("jax")
 
 
+@pytest.mark.slow  # a fresh interpreter loading every engine: 6 s of the quick suite on a Zen 3 EPYC
 def test_broken_third_party_engine_does_not_break_the_others(tmp_path):
     """An engine whose framework is missing is reported, not fatal, and found by entry point alone."""
     (tmp_path / "brokenengine.py").write_text("import no_such_framework_here\n")

@@ -86,7 +86,8 @@ def final_state(path):
 AUGMENTED = ["--augment", "crop,flip", "--normalize", "auto"]
 
 
-@pytest.mark.parametrize("engine, signum, extra", [("fake", signal.SIGINT, []), ("fake", signal.SIGTERM, []),
+@pytest.mark.parametrize("engine, signum, extra", [("fake", signal.SIGINT, []),
+                                                   pytest.param("fake", signal.SIGTERM, [], marks=pytest.mark.slow),
                                                    pytest.param("signalling-torch", signal.SIGINT, [],
                                                                 marks=pytest.mark.slow),  # three torch runs: 10 s
                                                    pytest.param("signalling-torch", signal.SIGINT, AUGMENTED,

@@ -51,6 +51,7 @@ def test_env_override_sets_the_count():
     assert proc.stdout.strip() == "3", proc.stderr
 
 
+@pytest.mark.slow  # a fresh interpreter loading every engine: 7 s of the quick suite on a Zen 3 EPYC
 def test_bad_env_override_is_one_clear_line():
     proc = run_python("import sys; from multidev.cli import main; sys.exit(main(['backends']))",
                       MULTIDEV_JAX_CPU_DEVICES="lots")

@@ -7,9 +7,12 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from multidev.testing.processes import free_port
 
 
+@pytest.mark.slow  # a fresh interpreter loading MXNet's ps-lite: 6 s of the quick suite on a Zen 3 EPYC
 def test_a_worker_that_meets_no_scheduler_ends_with_one_line():
     """ps-lite waits for its scheduler for ever; the engine gives up after JOIN_SECONDS (here 2)."""
     port = free_port()  # nobody listens there

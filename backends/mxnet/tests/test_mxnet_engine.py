@@ -84,6 +84,7 @@ def test_thread_count_is_reported_and_the_environment_left_alone(given):
     assert "multidev.mxnet" in proc.stderr, "no log line"
 
 
+@pytest.mark.slow  # a fresh interpreter loading MXNet to train: 7 s of the quick suite on a Zen 3 EPYC
 def test_the_command_gives_mxnet_every_core():
     """The multidev program sets its own thread count at start-up, before MXNet loads."""
     proc = run_python("""
@@ -96,6 +97,7 @@ def test_the_command_gives_mxnet_every_core():
     assert f"threads: OMP_NUM_THREADS={cores} from the environment" in listing, proc.stdout
 
 
+@pytest.mark.slow  # a fresh interpreter loading MXNet for sync BatchNorm: 9 s of the quick suite on a Zen 3 EPYC
 def test_sync_batchnorm_does_not_hang():
     proc = run_python("""
         import multidev
