@@ -10,8 +10,9 @@ processes hung (JAX 0.7.1); with sharing off, rank 1 compiled every step
 on every run, cache or not, since JAX writes persistent entries from rank 0
 only.
 
-So where every process of the job runs on the same kind of CPU (the
-processes compare the cache folder's CPU tag through the key-value store),
+So where every process of the job runs on the same kind of CPU with the
+cache on (the processes compare the cache folder's CPU tag through the
+key-value store, all or none share),
 the topology part of the key is replaced by what all processes see alike:
 each device's global id, process and kind, and the CPU tag. An executable is
 machine code: where the CPUs differ, every process compiles its own, as
@@ -29,8 +30,8 @@ import jax
 from . import compile_cache
 
 _state: list[str] = []   # this process's note, once decided
-_TAG_KEY = "multidev/cpu-tag/{rank}"
-TAG_WAIT_MS = 60_000
+_VOTE_KEY = "multidev/share-compilation/{rank}"
+VOTE_WAIT_MS = 120_000  # every process votes right after joining
 
 
 def _same_key_for_all(tag: str) -> Callable[[Any, Any], None]:
@@ -41,25 +42,28 @@ def _same_key_for_all(tag: str) -> Callable[[Any, Any], None]:
     return hash_devices
 
 
-def _tags(client: Any, rank: int, size: int, tag: str) -> set[str]:
-    client.key_value_set(_TAG_KEY.format(rank=rank), tag)
-    return {client.blocking_key_value_get(_TAG_KEY.format(rank=r), TAG_WAIT_MS) for r in range(size)}
+def _votes(client: Any, rank: int, size: int, vote: str) -> set[str]:
+    """Every process's vote (its CPU tag, or "no"): sharing is all or none, or a process would wait for ever."""
+    client.key_value_set(_VOTE_KEY.format(rank=rank), vote)
+    return {client.blocking_key_value_get(_VOTE_KEY.format(rank=r), VOTE_WAIT_MS) for r in range(size)}
 
 
 def share(rank: int, size: int) -> str:
-    """After ``jax.distributed.initialize``: share compilations if every process has this CPU."""
+    """After ``jax.distributed.initialize``: share compilations if every process can and has this CPU."""
     if _state or size < 2 or jax.default_backend() != "cpu":
         return note()
     try:
         from jax._src import cache_key
         from jax._src.distributed import global_state
-        original = cache_key._hash_accelerator_config  # noqa: F841 - present in the JAX this rests on
+        cache_key._hash_accelerator_config  # noqa: B018 - present in the JAX this rests on
     except (ImportError, AttributeError):
         _state.append("not shared (this JAX lacks the names it rests on): every process compiles")
         return note()
-    tag = compile_cache._cpu_tag()
-    if len(_tags(global_state.client, rank, size, tag)) > 1:
-        _state.append("not shared: the job's machines have different CPUs, so each compiles its own")
+    tag = compile_cache._cpu_tag() if compile_cache.folder() is not None else "no"
+    votes = _votes(global_state.client, rank, size, tag)
+    if votes != {tag} or tag == "no":
+        why = "the compilation cache is off in a process" if "no" in votes else "the job's machines' CPUs differ"
+        _state.append(f"not shared ({why}): every process compiles its own")
         return note()
     cache_key._hash_accelerator_config = _same_key_for_all(hashlib.sha256(tag.encode()).hexdigest())
     jax.config.update("jax_share_binary_between_hosts", True)

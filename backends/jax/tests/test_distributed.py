@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -31,11 +32,15 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def _job(cache: str) -> list[dict]:
-    env = dict(os.environ, MULTIDEV_COMPILE_CACHE=cache, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               MULTIDEV_JAX_CPU_DEVICES="1")
+EXPECTED = 2.0 * 3 * (math.sin(1.0) + math.sin(2.0))  # sum(sin(x) * 2) over rank 0's ones and rank 1's twos
+
+
+def _job(*caches: str) -> list[dict]:
+    """Two processes of one job, each with its compilation cache (one folder for both, or "off" in one)."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), MULTIDEV_JAX_CPU_DEVICES="1")
     procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for r in range(2)]
+                              text=True, env={**env, "MULTIDEV_COMPILE_CACHE": cache})
+             for r, cache in enumerate(caches * 2 if len(caches) == 1 else caches)]
     try:
         outs = [p.communicate(timeout=180) for p in procs]
     finally:
@@ -51,10 +56,19 @@ def test_a_jobs_processes_share_one_compilation_and_its_cache_entry(tmp_path):
     """Before, rank 1 computed another cache key: it compiled on every run and never read rank 0's entry."""
     cache = str(tmp_path / "cache")
     first, second = _job(cache), _job(cache)
-    expected = 2.0 * 3 * (float(__import__("math").sin(1.0)) + float(__import__("math").sin(2.0)))
+    expected = EXPECTED
     for run in (first, second):
         assert [r["rank"] for r in run] == [0, 1]
         assert all(abs(r["total"] - expected) < 1e-5 for r in run), run
         assert all(r["note"].startswith("shared") for r in run), run
     assert [r["hits"] for r in first] == [0, 0], first  # rank 0 compiled, rank 1 loaded it from the job's store
     assert second[0]["hits"] == second[1]["hits"] >= 1, second  # both read the entries rank 0 wrote
+
+
+@pytest.mark.slow  # a job of two JAX processes (about 8 s)
+def test_a_process_without_the_cache_makes_every_process_compile_its_own(tmp_path):
+    """Sharing is all or none: one process with the cache off must not leave the other waiting for an executable."""
+    run = _job(str(tmp_path / "cache"), "off")
+    assert all(abs(r["total"] - EXPECTED) < 1e-5 for r in run), run
+    assert all(r["note"] == "not shared (the compilation cache is off in a process): every process compiles its own"
+               for r in run), run
