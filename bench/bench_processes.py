@@ -6,6 +6,12 @@ command's wall time less its epochs), and the seconds one all-reduce of the
 model's gradients takes between two processes on the framework's runtime.
 
     python bench/bench_processes.py --backends torch --epochs 2 --rounds 3
+    python bench/bench_processes.py --backends torch,jax,mxnet --images 28 --samples 512
+
+The ratio is the step's compute against one all-reduce of the gradients,
+whose size does not depend on the images: digits' 8x8 images make a step
+short and the all-reduce a large share of it, the book's 28x28 (``--images
+28``, random images of that size written to a .npz file) a small one.
 """
 
 from __future__ import annotations
@@ -27,13 +33,25 @@ from multidev.testing.processes import free_port  # below the ephemeral range: n
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def run(backend: str, form: list[str], epochs: int, model: str) -> tuple[float, float]:
+def images_file(folder: str, size: int, samples: int) -> str:
+    """A .npz data set of ``samples`` random ``size`` x ``size`` gray images in 10 classes (a quarter as many to test)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    path = str(Path(folder) / f"images{size}.npz")
+    np.savez(path, **{f"x_{part}": rng.normal(size=(n, 1, size, size)).astype(np.float32) for part, n in
+                      (("train", samples), ("test", samples // 4))},
+             **{f"y_{part}": rng.integers(0, 10, n) for part, n in (("train", samples), ("test", samples // 4))})
+    return path
+
+
+def run(backend: str, form: list[str], epochs: int, model: str, data: str) -> tuple[float, float]:
     """(seconds per epoch, start-up seconds) of one ``multidev train`` run."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "result.json"
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "multidev", "train", "--backend", backend, "--model", model,
-                        "--epochs", str(epochs), "--no-progress", "--json", str(out), *form],
+                        "--dataset", data, "--epochs", str(epochs), "--no-progress", "--json", str(out), *form],
                        check=True, capture_output=True, text=True)
         wall = time.perf_counter() - start
         result = json.loads(out.read_text())
@@ -154,16 +172,26 @@ def main() -> None:
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--images", type=int, default=0, help="random square images of this size instead of digits")
+    parser.add_argument("--samples", type=int, default=512, help="training images with --images")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        data = images_file(folder, args.images, args.samples) if args.images else "digits"
+        compare(args, data)
+
+
+def compare(args: argparse.Namespace, data: str) -> None:
 
     import multidev
 
     cores = len(os.sched_getaffinity(0))
-    spec = multidev.ModelSpec(args.model, (1, 8, 8), 10)
+    side = args.images or 8
+    spec = multidev.ModelSpec(args.model, (1, side, side), 10)
     numel = sum(int(__import__("numpy").prod(p.shape)) for p in spec.params() if p.trainable)
     forms = {"2 processes x 1 device": ["--processes", "2", "--devices", "1"],
              "1 process x 2 devices": ["--devices", "2"]}
-    print(f"# {args.model} on digits, {args.epochs} epochs a run, {args.rounds} alternating rounds, {cores} cores, "
+    what = f"{args.samples} random {side}x{side} images" if args.images else "digits"
+    print(f"# {args.model} on {what}, {args.epochs} epochs a run, {args.rounds} alternating rounds, {cores} cores, "
           f"{platform.machine()}, {date.today()}")
     print("| engine | form | sec/epoch | start-up s | speed of 2 processes / 1 process | all-reduce s (2 processes) |")
     print("|---|---|---|---|---|---|")
@@ -175,7 +203,7 @@ def main() -> None:
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in forms}
         for _ in range(args.rounds):
             for name, form in forms.items():
-                times[name].append(run(backend, form, args.epochs, args.model))
+                times[name].append(run(backend, form, args.epochs, args.model, data))
         median = {name: (statistics.median(t[0] for t in runs), statistics.median(t[1] for t in runs))
                   for name, runs in times.items()}
         ratio = median["1 process x 2 devices"][0] / median["2 processes x 1 device"][0]
