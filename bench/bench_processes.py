@@ -8,10 +8,9 @@ model's gradients takes between two processes on the framework's runtime.
     python bench/bench_processes.py --backends torch --epochs 2 --rounds 3
     python bench/bench_processes.py --backends torch,jax,mxnet --images 28 --samples 512
 
-The ratio is the step's compute against one all-reduce of the gradients,
-whose size does not depend on the images: digits' 8x8 images make a step
-short and the all-reduce a large share of it, the book's 28x28 (``--images
-28``, random images of that size written to a .npz file) a small one.
+The all-reduce of the gradients does not depend on the images: digits' 8x8
+make a step short, the book's 28x28 (``--images 28``, random images of that
+size written to a .npz file) long, against the same all-reduce.
 """
 
 from __future__ import annotations
