@@ -8,6 +8,7 @@ the core's own business and may change without notice to engine authors.
 from __future__ import annotations
 
 from multidev.engines.capabilities import CAPABILITIES
+from multidev.engines.cpu import cpu_flags
 from multidev.engines.idioms import MultiProcess, ReplicaStates, labels, predictions
 from multidev.engines.lockstep import AllGather, combine_moments, run_lockstep
 from multidev.engines.protocol import Backend, BatchT, MultiProcessBackend, OptimizerState, Replicas, Setup, StepStats
@@ -35,6 +36,6 @@ __all__ = [
     # restarts after a fault and signals passed on, for an engine whose framework brings its own launcher
     "GRACE", "JobStopped", "PeerLost", "Restart", "parse_master", "restart", "restart_count", "will_restart",
     # idioms every engine shares (multidev.engines.idioms; first_line from multidev.errors), and the cores a
-    # process may run on
-    "MultiProcess", "ReplicaStates", "first_line", "labels", "predictions", "usable_cores",
+    # process may run on and the CPU's feature flags
+    "MultiProcess", "ReplicaStates", "cpu_flags", "first_line", "labels", "predictions", "usable_cores",
 ]

@@ -7,6 +7,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pytest
 
+from multidev.engines.cpu import cpu_flags
 from multidev.rules.models import ModelSpec, State
 
 LENET = ModelSpec("lenet", (1, 16, 16), 10)
@@ -83,15 +84,6 @@ def quick(values: Sequence[Any], keep: Iterable[Any]) -> list[Any]:
     """
     keep = list(keep)
     return [v if v in keep else pytest.param(v, marks=pytest.mark.slow) for v in values]
-
-
-def cpu_flags() -> frozenset[str]:
-    """This machine's CPU feature flags (empty where /proc/cpuinfo cannot be read)."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            return frozenset(next((ln.split(":", 1)[1].split() for ln in info if ln.startswith("flags")), []))
-    except OSError:
-        return frozenset()
 
 
 def native_bf16() -> bool:

@@ -22,7 +22,6 @@ before. All of it rests on two private JAX names; where they are missing
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Callable
 
 import jax
@@ -65,7 +64,7 @@ def share(rank: int, size: int) -> str:
         why = "the compilation cache is off in a process" if "no" in votes else "the job's machines' CPUs differ"
         _state.append(f"not shared ({why}): every process compiles its own")
         return note()
-    cache_key._hash_accelerator_config = _same_key_for_all(hashlib.sha256(tag.encode()).hexdigest())
+    cache_key._hash_accelerator_config = _same_key_for_all(tag)  # the tag is a hash of the CPU's description
     jax.config.update("jax_share_binary_between_hosts", True)
     _state.append("shared: rank 0 compiles each step, the other processes load its executable")
     return note()

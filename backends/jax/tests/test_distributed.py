@@ -56,10 +56,9 @@ def test_a_jobs_processes_share_one_compilation_and_its_cache_entry(tmp_path):
     """Before, rank 1 computed another cache key: it compiled on every run and never read rank 0's entry."""
     cache = str(tmp_path / "cache")
     first, second = _job(cache), _job(cache)
-    expected = EXPECTED
     for run in (first, second):
         assert [r["rank"] for r in run] == [0, 1]
-        assert all(abs(r["total"] - expected) < 1e-5 for r in run), run
+        assert all(abs(r["total"] - EXPECTED) < 1e-5 for r in run), run
         assert all(r["note"].startswith("shared") for r in run), run
     assert [r["hits"] for r in first] == [0, 0], first  # rank 0 compiled, rank 1 loaded it from the job's store
     assert second[0]["hits"] == second[1]["hits"] >= 1, second  # both read the entries rank 0 wrote

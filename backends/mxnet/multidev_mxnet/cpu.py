@@ -12,23 +12,10 @@ loads (see runtime.py), which must stay the run's choice.
 
 from __future__ import annotations
 
-from functools import lru_cache
-from pathlib import Path
+from multidev.engine import cpu_flags as flags
 
 #: oneDNN's avx512_core, the least its bfloat16 kernels run on
 NEEDED = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
-
-
-@lru_cache(maxsize=1)
-def flags() -> frozenset[str]:
-    """The first CPU's feature flags (empty where /proc/cpuinfo cannot be read)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.split(":")[0].strip() == "flags":
-                return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
 
 
 def bf16() -> bool:
