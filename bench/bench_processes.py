@@ -64,54 +64,77 @@ def _torch_allreduce_worker(rank: int, port: int, numel: int, repeats: int, out:
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     buffer = torch.ones(numel)
-    dist.all_reduce(buffer)
-    times = []
-    for _ in range(repeats):
-        dist.barrier()
-        start = time.perf_counter()
-        dist.all_reduce(buffer)
-        times.append(time.perf_counter() - start)
+    os.environ.update(LOCAL_WORLD_SIZE="2", WORLD_SIZE="2", MASTER_PORT=str(port))
+    from multidev_torch.distributed import host_sum
+    shared = host_sum(numel, torch.float32)  # the engine's way on one machine
+    times = {"gloo": [], "shared memory": []}
+    for _ in range(repeats + 1):
+        for way in times:
+            dist.barrier()
+            start = time.perf_counter()
+            if way == "gloo":  # as the engine's gloo path does it: one fresh flat buffer, copied back
+                flat = torch._utils._flatten_dense_tensors([buffer])
+                dist.all_reduce(flat)
+                buffer.copy_(flat)
+            else:
+                torch.from_numpy(shared.slot()).copy_(buffer)
+                buffer.copy_(torch.from_numpy(shared.sum()))
+            times[way].append(time.perf_counter() - start)
     if rank == 0:
-        Path(out).write_text(str(statistics.median(times)))
+        Path(out).write_text(json.dumps({way: statistics.median(t[1:]) for way, t in times.items()}))
     dist.destroy_process_group()
 
 
-def torch_allreduce_seconds(numel: int, repeats: int = 5) -> float:
+def torch_allreduce_seconds(numel: int, repeats: int = 5) -> dict[str, float]:
     import torch.multiprocessing as mp
 
     port = free_port()
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "seconds")
         mp.spawn(_torch_allreduce_worker, args=(port, numel, repeats, out), nprocs=2)
-        return float(Path(out).read_text())
+        return json.loads(Path(out).read_text())
 
 
 _MXNET_WORKER = """
-import os, statistics, sys, time
+import json, os, statistics, sys, time
+import numpy as np
+from multidev import ProcessGroup
+from multidev_mxnet import distributed
 from multidev_mxnet.runtime import mxnet
 mx = mxnet()
-kv = mx.kv.create("dist_sync")
 numel, repeats, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+distributed.join(ProcessGroup(int(os.environ["RANK"]), 2), 0)
+kv = distributed.kvstore()
 kv.init(0, mx.nd.zeros((numel,)))
 grads = mx.nd.ones((numel,))
-kv.pushpull(0, grads, out=grads)
-grads.wait_to_read()
-times = []
-for _ in range(repeats):
-    start = time.perf_counter()
-    kv.pushpull(0, grads, out=grads)
-    grads.wait_to_read()
-    times.append(time.perf_counter() - start)
+shared = distributed.host_sum(numel, np.dtype(np.float32), ProcessGroup(int(os.environ["RANK"]), 2))
+slot = mx.nd.from_numpy(shared.slot().view(), zero_copy=True)
+total = mx.nd.from_numpy(shared.sum_view(), zero_copy=True)
+times = {"kvstore": [], "shared memory": []}
+for _ in range(repeats + 1):
+    for way in times:
+        kv._barrier()
+        start = time.perf_counter()
+        if way == "kvstore":
+            kv.pushpull(0, grads, out=grads)
+        else:
+            slot[:] = grads
+            slot.wait_to_read()
+            shared.sum()
+            total.copyto(grads)
+        grads.wait_to_read()
+        times[way].append(time.perf_counter() - start)
 if os.environ["RANK"] == "0":
-    open(out, "w").write(str(statistics.median(times)))
+    open(out, "w").write(json.dumps({way: statistics.median(t[1:]) for way, t in times.items()}))
+distributed.leave()
 """
 
 
-def mxnet_allreduce_seconds(numel: int, repeats: int = 5) -> float:
+def mxnet_allreduce_seconds(numel: int, repeats: int = 5) -> dict[str, float]:
     """One pushpull of the gradients through MXNet's dist_sync kvstore: 2 workers, a scheduler, a server."""
     port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(port), DMLC_NUM_SERVER="1",
-               DMLC_NUM_WORKER="2")
+    env = dict(os.environ, OMP_NUM_THREADS="1", DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(port),
+               DMLC_NUM_SERVER="1", DMLC_NUM_WORKER="2", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_PORT=str(port))
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "seconds")
         serve = [subprocess.Popen([sys.executable, "-m", "multidev_mxnet.serve"], env=dict(env, MULTIDEV_MXNET_ROLE=role))
@@ -120,7 +143,7 @@ def mxnet_allreduce_seconds(numel: int, repeats: int = 5) -> float:
                                     env=dict(env, DMLC_ROLE="worker", RANK=str(rank))) for rank in (0, 1)]
         for process in workers + serve:
             process.wait(timeout=300)
-        return float(Path(out).read_text())
+        return json.loads(Path(out).read_text())
 
 
 _JAX_WORKER = """
@@ -148,7 +171,7 @@ jax.distributed.shutdown()
 """
 
 
-def jax_allreduce_seconds(numel: int, repeats: int = 5) -> float:
+def jax_allreduce_seconds(numel: int, repeats: int = 5) -> dict[str, float]:
     """One sum of the gradients between two JAX processes (gloo), as the engine's step does it (allreduce.py)."""
     port = free_port()
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
@@ -158,11 +181,10 @@ def jax_allreduce_seconds(numel: int, repeats: int = 5) -> float:
                                      str(repeats), out], env=env) for rank in (0, 1)]
         for process in workers:
             process.wait(timeout=300)
-        return float(Path(out).read_text())
+        return {"gloo, in the compiled step": float(Path(out).read_text())}
 
 
 ALLREDUCE = {"torch": torch_allreduce_seconds, "jax": jax_allreduce_seconds, "mxnet": mxnet_allreduce_seconds}
-RUNTIME = {"torch": "gloo", "jax": "gloo, in the compiled step", "mxnet": "kvstore"}
 
 
 def main() -> None:
@@ -192,7 +214,8 @@ def compare(args: argparse.Namespace, data: str) -> None:
     what = f"{args.samples} random {side}x{side} images" if args.images else "digits"
     print(f"# {args.model} on {what}, {args.epochs} epochs a run, {args.rounds} alternating rounds, {cores} cores, "
           f"{platform.machine()}, {date.today()}")
-    print("| engine | form | sec/epoch | start-up s | speed of 2 processes / 1 process | all-reduce s (2 processes) |")
+    print("| engine | form | sec/epoch | start-up s | speed of 2 processes / 1 process | all-reduce s between 2 "
+          "processes, each way |")
     print("|---|---|---|---|---|---|")
     for backend in args.backends.split(","):
         engine = multidev.load_backend(backend)
@@ -206,7 +229,7 @@ def compare(args: argparse.Namespace, data: str) -> None:
         median = {name: (statistics.median(t[0] for t in runs), statistics.median(t[1] for t in runs))
                   for name, runs in times.items()}
         ratio = median["1 process x 2 devices"][0] / median["2 processes x 1 device"][0]
-        reduce = f"{ALLREDUCE[backend](numel):.3f} ({RUNTIME[backend]})" if backend in ALLREDUCE else ""
+        reduce = ", ".join(f"{way} {seconds:.3f}" for way, seconds in ALLREDUCE[backend](numel).items())
         for name, (epoch, startup) in median.items():
             extra = f"{ratio:.2f} | {reduce}" if name.startswith("2") else " | "
             print(f"| {backend} | {name} | {epoch:.2f} | {startup:.1f} | {extra} |")

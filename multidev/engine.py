@@ -16,6 +16,7 @@ from multidev.errors import MultidevError, PeerLost, first_line
 from multidev.nn.layers import LN_EPS
 from multidev.nn.zoo import Block, resnet18_blocks
 from multidev.processes.group import ProcessGroup
+from multidev.processes.hostsum import HostSum
 from multidev.processes.faults import JobStopped, Restart, restart, restart_count, will_restart
 from multidev.processes.launch import Launch, parse_master
 from multidev.processes.spawn import GRACE, Helper, cause, spawn, worker_failed
@@ -30,7 +31,7 @@ from multidev.rules.split import DeviceShard, Placed, Shards
 __all__ = [
     "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "cause", "DTYPES", "Device",
     "DeviceShard", "Helper", "LN_EPS", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Optimizer",
-    "OptimizerState", "PRECISIONS", "Param", "Placed", "ProcessGroup", "STEP", "check_state", "slot_name",
+    "OptimizerState", "PRECISIONS", "HostSum", "Param", "Placed", "ProcessGroup", "STEP", "check_state", "slot_name",
     "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments",
     "resnet18_blocks", "run_lockstep", "running_statistic", "spawn", "statistic_sources", "worker_failed",
     # restarts after a fault and signals passed on, for an engine whose framework brings its own launcher

