@@ -76,6 +76,8 @@ def _train(args: argparse.Namespace) -> int:
         if result.compile_seconds:
             cached = f"; {result.compile_cached} program(s) from the persistent cache" if result.compile_cached else ""
             print(f"compile: {result.compile_seconds:.1f} sec (once, not in the epoch times{cached})")
+        if result.process_sums:
+            print(f"gradients summed over the processes through {result.process_sums}")
         print(result.summary())
     return 0
 

@@ -50,6 +50,9 @@ class ReplicaStates:
     """
 
     setup: "Setup"
+    #: how the gradients crossed the processes of a job ("shared memory", "gloo", ...), once the first sum
+    #: chose; "" in a process of its own
+    process_sums: str = ""
 
     def replica_state(self, device: int) -> State:
         """Device ``device``'s (this process's, in ``setup.devices`` order) canonical arrays, copied to the host."""

@@ -36,6 +36,8 @@ class Result:
     compile_seconds: float = 0.0
     #: compiled programs an engine loaded from a persistent cache instead of compiling (JAX)
     compile_cached: int = 0
+    #: how the gradients crossed the processes of a job (the engine's word: "shared memory", "gloo", ...)
+    process_sums: str = ""
     epochs: list[EpochRecord] = field(default_factory=list)
     version: str = ""
     #: optimizer, schedule, accumulation and precision (``multidev.settings.recipe.Recipe.settings``)

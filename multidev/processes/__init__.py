@@ -10,5 +10,7 @@
 - ``faults``: restarts after a fault (``--max-restarts``) and signals passed on;
 - ``job``: inside a running worker, the rows it reads, the sums it shares
   and the check that every rank got the same settings;
-- ``threads``: the cores shared out among the workers.
+- ``threads``: the cores shared out among the workers;
+- ``hostsum``: gradients summed through shared memory where every process
+  of a job is on one machine.
 """

@@ -141,6 +141,7 @@ class Training:
                     raise Interrupted(number + 1, 0, s.checkpoint, stop.signum)
         self.result.compile_seconds = self.replicas.compile_seconds
         self.result.compile_cached = int(getattr(self.replicas, "compile_cached", 0))
+        self.result.process_sums = str(getattr(self.replicas, "process_sums", ""))
         return self.result
 
 

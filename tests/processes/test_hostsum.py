@@ -2,13 +2,16 @@
 
 import multiprocessing
 import os
+import subprocess
 
 import numpy as np
 import pytest
 
 from multidev import ProcessGroup
+from multidev.engines.registry import installed
 from multidev.processes import hostsum
 from multidev.processes.hostsum import HostSum, one_machine
+from multidev.testing.processes import LENET_JOB, THREADS, assert_same, command, free_port
 
 ONE_MACHINE = {"WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "3", "MASTER_PORT": "29555"}
 
@@ -66,3 +69,24 @@ def test_a_rank_that_cannot_share_makes_every_rank_use_the_network(monkeypatch):
     one_says_no = lambda votes: np.array([1.0, 0.0, 1.0])  # noqa: E731 - rank 1 lacks the room
     made = HostSum.open(10, np.float32, ProcessGroup(0, 3), lambda: pytest.fail("no file, no barrier"), one_says_no)
     assert made is None
+
+
+RUNTIMES = {"torch": "gloo", "mxnet": "the kvstore's servers"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", sorted(RUNTIMES))
+def test_a_job_on_one_machine_sums_through_shared_memory_and_trains_as_over_the_runtime(engine, tmp_path):
+    """The engines that use it say so, and their float64 job ends bit for bit where the runtime's sum ends."""
+    if engine not in installed():
+        pytest.skip(f"the {engine} engine is not installed")
+    saved = {}
+    for way, env in (("shared memory", {}), (RUNTIMES[engine], {hostsum.ENV: "off"})):
+        saved[way] = tmp_path / f"{way}.npz"
+        done = subprocess.run(command(engine, *LENET_JOB, "--epochs", "1", "--dtype", "float64", "--processes", "2",
+                                      "--threads", THREADS, "--master", f"127.0.0.1:{free_port()}",
+                                      "--checkpoint", str(saved[way])),
+                              capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"gradients summed over the processes through {way}\n" in done.stdout
+    assert_same(*saved.values(), f"{engine}: the sums through shared memory are not the runtime's", rtol=0.0)

@@ -214,6 +214,7 @@ class MXNetReplicas(ReplicaStates):
             # MXNet's views of the shared slot and total (from_numpy takes a view of its own: it makes it read-only)
             self._host_sum = (shared, shared and nd.from_numpy(shared.slot().view(), zero_copy=True),
                               shared and nd.from_numpy(shared.sum_view(), zero_copy=True))
+            self.process_sums = "shared memory" if shared else "the kvstore's servers"
         shared, slot, total = self._host_sum
         if shared is None:
             distributed.kvstore().pushpull(self._keys, grads, out=grads)

@@ -194,6 +194,7 @@ class TorchReplicas(ReplicaStates):
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params[0]]
         if self._host_sum is None:
             self._host_sum = [host_sum(sum(g.numel() for g in grads), self.dtype)]
+            self.process_sums = "shared memory" if self._host_sum[0] else ("nccl" if self._cuda else "gloo")
         shared = self._host_sum[0]
         if shared is None:
             summed = all_sum_tensors(grads)
