@@ -91,6 +91,8 @@ class JaxReplicas(ReplicaStates):
         self._device_sizes: dict[tuple[int, ...], jax.Array] = {}
         self._dropouts = self.spec.dropouts()  # (node, rate, one sample's shape): where masks are needed
         self._sum: Any = None  # the gradient summed over an update's micro-batches so far (None: never accumulated)
+        if setup.group.size > 1:  # the step's psum spans the job: XLA's collectives, gloo between CPU processes
+            self.process_sums = "XLA's collectives inside the compiled step"
         self.load_state(state)
         self.load_optimizer_state(setup.optimizer.init_state(self.spec, self.dtype))
 
