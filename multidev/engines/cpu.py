@@ -19,3 +19,9 @@ def cpu_flags() -> frozenset[str]:
             return frozenset(next((ln.split(":", 1)[1].split() for ln in info if ln.startswith("flags")), []))
     except OSError:
         return frozenset()
+
+
+def native_bf16() -> bool:
+    """Whether the CPU computes bfloat16 itself (AVX-512 BF16 or AMX); elsewhere frameworks emulate it, slowly:
+    torch's bfloat16 convolution was 14 times its float32 one on a Zen 3 EPYC (AVX2)."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})

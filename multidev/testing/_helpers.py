@@ -7,7 +7,6 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pytest
 
-from multidev.engines.cpu import cpu_flags
 from multidev.rules.models import ModelSpec, State
 
 LENET = ModelSpec("lenet", (1, 16, 16), 10)
@@ -86,7 +85,3 @@ def quick(values: Sequence[Any], keep: Iterable[Any]) -> list[Any]:
     return [v if v in keep else pytest.param(v, marks=pytest.mark.slow) for v in values]
 
 
-def native_bf16() -> bool:
-    """Whether the CPU computes bfloat16 itself (AVX-512 BF16 or AMX); elsewhere frameworks emulate it, slowly:
-    torch's bfloat16 convolution was 14 times its float32 one on a Zen 3 EPYC (AVX2)."""
-    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})

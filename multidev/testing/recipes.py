@@ -24,10 +24,11 @@ import pytest
 
 from multidev import reference
 from multidev.data import synthetic
+from multidev.engines.cpu import native_bf16
 from multidev.engines.protocol import Replicas
 from multidev.rules.optimizers import STEP, Optimizer
 from multidev.rules.split import cut, shard_sizes
-from multidev.testing._helpers import LENET, RESNET, assert_states_close, batch, native_bf16, quick
+from multidev.testing._helpers import LENET, RESNET, assert_states_close, batch, quick
 from multidev.testing.kit import (ACCURACY_FLOOR, CROSS_ENGINE_RTOL, FLOAT64_RTOL, SAME_ENGINE_RTOL, EngineFixtures,
                                   settled_accuracy)
 from multidev.training.api import train
