@@ -19,6 +19,7 @@ from typing import Any, Callable, Hashable
 import jax
 
 from . import compile_cache
+from .devices import compiler_options
 
 _CACHE: dict[Hashable, jax.stages.Compiled] = {}
 
@@ -38,7 +39,7 @@ class Compiler:
         compiled = _CACHE.get(key)
         if compiled is None:
             start, hits = time.perf_counter(), compile_cache.hits()
-            compiled = jitted.lower(*args).compile()  # type: ignore[attr-defined]
+            compiled = jitted.lower(*args).compile(compiler_options())  # type: ignore[attr-defined]
             if jax.process_count() > 1:  # every process compiles the same steps in the same order
                 from jax.experimental import multihost_utils
                 multihost_utils.sync_global_devices("multidev: compiled")
