@@ -83,5 +83,3 @@ def quick(values: Sequence[Any], keep: Iterable[Any]) -> list[Any]:
     """
     keep = list(keep)
     return [v if v in keep else pytest.param(v, marks=pytest.mark.slow) for v in values]
-
-
