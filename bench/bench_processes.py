@@ -147,32 +147,45 @@ def mxnet_allreduce_seconds(numel: int, repeats: int = 5) -> dict[str, float]:
 
 
 _JAX_WORKER = """
-import statistics, sys, time
+import json, os, statistics, sys, time
 import numpy as np
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from multidev import ProcessGroup
 from multidev_jax.allreduce import all_sum
+from multidev_jax.distributed import host_sum
 rank, port, numel, repeats, out = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 jax.distributed.initialize(f"127.0.0.1:{port}", 2, rank)
+os.environ.update(LOCAL_WORLD_SIZE="2", WORLD_SIZE="2", MASTER_PORT=port)
 mesh = Mesh(np.array(jax.devices()), ("data",))
 sharded = NamedSharding(mesh, P("data"))
-# the engine's own bucketed sum, alone in a program: the gradients of two devices, one per process
-reduce = jax.jit(jax.shard_map(lambda g: all_sum(g, "data"), mesh=mesh, in_specs=P("data"), out_specs=P()))
+# the engine's bucketed sum, alone in a program: the gradients of two devices, one per process
+reduce = jax.jit(jax.shard_map(lambda g: all_sum(g, "data", bucketed=True), mesh=mesh, in_specs=P("data"),
+                               out_specs=P()))
 grads = jax.make_array_from_process_local_data(sharded, np.ones((1, numel), np.float32), (2, numel))
-reduce(grads).block_until_ready()
-times = []
-for _ in range(repeats):
-    start = time.perf_counter()
-    reduce(grads).block_until_ready()
-    times.append(time.perf_counter() - start)
+# the engine's shared memory: the own gradient copied into the slot, every slot read without a copy and added
+shared, device = host_sum(numel, np.dtype(np.float32), ProcessGroup(rank, 2)), jax.local_devices()[0]
+own, add = jax.device_put(np.ones(numel, np.float32), device), jax.jit(lambda a, b: a + b)
+
+def through_shared_memory():
+    np.copyto(shared.slot(), np.asarray(own))
+    return add(*(jax.device_put(values, device, may_alias=True) for values in shared.gather()))
+
+ways = {"gloo, in the compiled step": lambda: reduce(grads), "shared memory": through_shared_memory}
+times = {way: [] for way in ways}
+for _ in range(repeats + 1):
+    for way, once in ways.items():
+        start = time.perf_counter()
+        once().block_until_ready()
+        times[way].append(time.perf_counter() - start)
 if rank == 0:
-    open(out, "w").write(str(statistics.median(times)))
+    open(out, "w").write(json.dumps({way: statistics.median(t[1:]) for way, t in times.items()}))
 jax.distributed.shutdown()
 """
 
 
 def jax_allreduce_seconds(numel: int, repeats: int = 5) -> dict[str, float]:
-    """One sum of the gradients between two JAX processes (gloo), as the engine's step does it (allreduce.py)."""
+    """One sum of the gradients between two JAX processes each way the engine's step makes it (parallel.py)."""
     port = free_port()
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
     with tempfile.TemporaryDirectory() as folder:
@@ -181,7 +194,7 @@ def jax_allreduce_seconds(numel: int, repeats: int = 5) -> dict[str, float]:
                                      str(repeats), out], env=env) for rank in (0, 1)]
         for process in workers:
             process.wait(timeout=300)
-        return {"gloo, in the compiled step": float(Path(out).read_text())}
+        return json.loads(Path(out).read_text())
 
 
 ALLREDUCE = {"torch": torch_allreduce_seconds, "jax": jax_allreduce_seconds, "mxnet": mxnet_allreduce_seconds}

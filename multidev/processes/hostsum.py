@@ -34,6 +34,7 @@ from multidev.processes.group import ProcessGroup
 
 FOLDER = Path("/dev/shm")
 ENV = "MULTIDEV_HOST_SUM"  # "off": every sum goes through the engine's runtime
+ALIGN = 16            # values: 64 bytes of float32 (JAX's CPU client aliases, not copies, memory so aligned)
 _opened = count()          # every rank opens its sums in the same order: the n-th is the same file on all
 
 
@@ -52,20 +53,32 @@ def _room(nbytes: int) -> bool:
     return stat.f_bavail * stat.f_frsize >= 2 * nbytes  # leave room for the job's other files
 
 
+def _stride(numel: int) -> int:
+    """Values from one slot's start to the next's: each starts 64-byte aligned (a framework wraps it, no copy)."""
+    return -(-numel // ALIGN) * ALIGN
+
+
 class HostSum:
-    """Sums of one flat array over the processes of one machine; ``open`` makes one on every rank at once."""
+    """Sums of one flat array over the processes of one machine; ``open`` makes one on every rank at once.
+
+    Either :meth:`sum` adds the slots here, or :meth:`gather` hands them to a
+    framework that adds them inside its own step (JAX, which then needs two
+    sets of slots, used in turn).
+    """
 
     def __init__(self, buffer: mmap.mmap, numel: int, dtype: np.dtype, group: ProcessGroup,
-                 barrier: Callable[[], None]) -> None:
+                 barrier: Callable[[], None], sets: int = 1) -> None:
         self._buffer, self.numel, self.group, self._barrier = buffer, numel, group, barrier
-        whole = np.frombuffer(buffer, dtype, (group.size + 1) * numel)
-        self._slots, self._total = whole[:group.size * numel].reshape(group.size, numel), whole[group.size * numel:]
+        stride = _stride(numel)
+        rows = np.frombuffer(buffer, dtype, (sets * group.size + 1) * stride).reshape(-1, stride)[:, :numel]
+        self._sets = [rows[i * group.size:(i + 1) * group.size] for i in range(sets)]
+        self._turn, self._total = 0, rows[-1]
         chunk = -(-numel // group.size)
         self._mine = slice(min(numel, group.rank * chunk), min(numel, (group.rank + 1) * chunk))
 
     @classmethod
     def open(cls, numel: int, dtype: object, group: ProcessGroup, barrier: Callable[[], None],
-             all_sum: Callable[[np.ndarray], np.ndarray]) -> Optional["HostSum"]:
+             all_sum: Callable[[np.ndarray], np.ndarray], sets: int = 1) -> Optional["HostSum"]:
         """A sum of ``numel`` values shared by every rank, or None on every rank where one cannot have it.
 
         A collective: every rank calls it at the same point. ``all_sum`` (the
@@ -73,7 +86,7 @@ class HostSum:
         the file's making before its opening.
         """
         dtype = np.dtype(dtype)
-        nbytes = (group.size + 1) * numel * dtype.itemsize
+        nbytes = (sets * group.size + 1) * _stride(numel) * dtype.itemsize
         votes = np.zeros(group.size)
         votes[group.rank] = float(one_machine() and _room(nbytes))
         number = next(_opened)
@@ -89,11 +102,11 @@ class HostSum:
         barrier()
         if group.rank == 0:
             path.unlink(missing_ok=True)  # the mappings stay; nothing is left behind if the job dies
-        return cls(buffer, numel, dtype, group, barrier)
+        return cls(buffer, numel, dtype, group, barrier, sets)
 
     def slot(self) -> np.ndarray:
-        """Where this rank puts its values before :meth:`sum`."""
-        return self._slots[self.group.rank]
+        """Where this rank puts its values before :meth:`sum` or :meth:`gather`."""
+        return self._sets[self._turn][self.group.rank]
 
     def sum_view(self) -> np.ndarray:
         """Where :meth:`sum` leaves the total (a view of its own, for a framework that wraps it)."""
@@ -102,9 +115,23 @@ class HostSum:
     def sum(self) -> np.ndarray:
         """Every rank's slot added up, in rank order; valid until the next call (copy it to keep it)."""
         self._barrier()  # every slot written
-        part, total = self._mine, self._total[self._mine]
-        np.add(self._slots[0, part], self._slots[1, part], out=total)
+        slots, part, total = self._sets[0], self._mine, self._total[self._mine]
+        np.add(slots[0, part], slots[1, part], out=total)
         for rank in range(2, self.group.size):
-            np.add(total, self._slots[rank, part], out=total)
+            np.add(total, slots[rank, part], out=total)
         self._barrier()  # every chunk summed; the next call's first barrier waits until all have read it
         return self._total
+
+    def gather(self) -> np.ndarray:
+        """Every rank's slot, (ranks, numel), once all are written: for a sum the caller adds up itself.
+
+        One barrier instead of :meth:`sum`'s two: the next call's slots are the
+        other set, so a rank writes these again only after the next call's
+        barrier, which a rank reaches only when done reading them (the caller's
+        part: JAX's next step depends on the update that read them).
+        """
+        if len(self._sets) < 2:
+            raise ValueError("gather needs two sets of slots: open(..., sets=2)")
+        self._barrier()  # every slot written
+        slots, self._turn = self._sets[self._turn], (self._turn + 1) % len(self._sets)
+        return slots

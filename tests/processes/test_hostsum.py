@@ -1,5 +1,6 @@
 """Sums through this machine's shared memory: the same numbers as adding the ranks' arrays in rank order."""
 
+import mmap
 import multiprocessing
 import os
 import subprocess
@@ -24,26 +25,38 @@ def _everyone_agrees(votes: np.ndarray) -> np.ndarray:
     return np.ones_like(votes)  # the engines' all_sum is a real collective; here every rank votes yes
 
 
-def _worker(rank: int, size: int, numel: int, barrier, results) -> None:
+def _worker(way: str, rank: int, size: int, numel: int, barrier, results) -> None:
     os.environ.update(ONE_MACHINE, WORLD_SIZE=str(size), LOCAL_WORLD_SIZE=str(size))
-    shared = HostSum.open(numel, np.float64, ProcessGroup(rank, size), barrier.wait, _everyone_agrees)
-    for step in range(2):  # twice: the second sum must not see the first one's values
-        shared.slot()[:] = _values(rank, step, numel)
-        results[(rank, step)] = shared.sum().copy()
+    shared = HostSum.open(numel, np.float64, ProcessGroup(rank, size), barrier.wait, _everyone_agrees,
+                          sets=2 if way == "gather" else 1)
+    for step in range(3):  # the later sums must not see an earlier one's values
+        slot = shared.slot()
+        assert slot.ctypes.data % 64 == 0  # JAX's CPU client wraps memory so aligned without a copy
+        slot[:] = _values(rank, step, numel)
+        if way == "sum":
+            results[(rank, step)] = shared.sum().copy()
+        else:  # the ranks' slots, added up here as JAX's update adds them
+            slots = shared.gather()
+            total = slots[0].copy()
+            for other in slots[1:]:
+                total += other
+            results[(rank, step)] = total
+            barrier.wait()  # the update has read the slots (JAX: the next step depends on it)
 
 
+@pytest.mark.parametrize("way", ["sum", "gather"])
 @pytest.mark.parametrize("size, numel", [(2, 1001), (3, 10)])
-def test_every_rank_gets_the_sum_in_rank_order_bit_for_bit(size, numel):
+def test_every_rank_gets_the_sum_in_rank_order_bit_for_bit(way, size, numel):
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager:
         barrier, results = manager.Barrier(size), manager.dict()
-        workers = [context.Process(target=_worker, args=(r, size, numel, barrier, results)) for r in range(size)]
+        workers = [context.Process(target=_worker, args=(way, r, size, numel, barrier, results)) for r in range(size)]
         for w in workers:
             w.start()
         for w in workers:
             w.join(60)
         assert [w.exitcode for w in workers] == [0] * size
-        for step in range(2):
+        for step in range(3):
             expected = _values(0, step, numel)
             for rank in range(1, size):
                 expected = expected + _values(rank, step, numel)  # as the devices of one process are summed
@@ -51,6 +64,12 @@ def test_every_rank_gets_the_sum_in_rank_order_bit_for_bit(size, numel):
                 np.testing.assert_array_equal(results[(rank, step)], expected)
     port = ONE_MACHINE["MASTER_PORT"]
     assert not [p for p in os.listdir(hostsum.FOLDER) if f"-{port}-" in p]  # nothing left behind
+
+
+def test_gather_without_a_second_set_of_slots_is_refused():
+    shared = HostSum(mmap.mmap(-1, 4096), 10, np.dtype(np.float32), ProcessGroup(0, 2), lambda: None)
+    with pytest.raises(ValueError, match="sets=2"):
+        shared.gather()
 
 
 @pytest.mark.parametrize("env, shared", [
@@ -71,7 +90,7 @@ def test_a_rank_that_cannot_share_makes_every_rank_use_the_network(monkeypatch):
     assert made is None
 
 
-RUNTIMES = {"torch": "gloo", "mxnet": "the kvstore's servers"}
+RUNTIMES = {"torch": "gloo", "mxnet": "the kvstore's servers", "jax": "XLA's collectives inside the compiled step"}
 
 
 @pytest.mark.slow

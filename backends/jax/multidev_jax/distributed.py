@@ -14,12 +14,12 @@ them through ``multidev.engine.MultiProcess``).
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Optional, Sequence
 
 import jax
 import numpy as np
 
-from multidev.engine import Launch, MultidevError, ProcessGroup, Restart, first_line, spawn
+from multidev.engine import HostSum, Launch, MultidevError, ProcessGroup, Restart, first_line, spawn
 
 from . import shared_compile
 from .devices import configure_cpu_devices
@@ -56,3 +56,20 @@ def all_sum(values: np.ndarray) -> np.ndarray:
     """``values`` summed over every process of the job, float64."""
     from jax.experimental import multihost_utils
     return np.asarray(multihost_utils.process_allgather(np.asarray(values, np.float64)), np.float64).sum(axis=0)
+
+
+def barrier() -> None:
+    """Every process of the job past this point (a collective of JAX's runtime: a lost peer fails it)."""
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices("multidev: barrier")
+
+
+def host_sum(numel: int, dtype: np.dtype, group: ProcessGroup) -> Optional[HostSum]:
+    """Slots of ``numel`` values in this machine's shared memory for the steps to add up (a collective), or None.
+
+    CPU jobs whose processes are all on this machine only (multidev.processes.hostsum); GPUs sum themselves.
+    """
+    if jax.devices()[0].platform != "cpu":
+        return None
+    return HostSum.open(numel, dtype, group, barrier, all_sum, sets=2)
+

@@ -1,18 +1,23 @@
-"""What one step computes on a device mesh: per-device code in ``shard_map``, the AllReduce in buckets.
+"""What one step computes on a device mesh: per-device code in ``shard_map``, then the AllReduce.
 
 Each device runs the model on its own padded shard (``shard_map`` over the
 mesh axis, parameters replicated). Each device differentiates its shard's
 masked loss sum divided by B, the rows of the whole update (an input of the
 step: micro-batches of an accumulated update divide by all of its rows), so
 each shard weighs n_i / B, with respect to its own copy of the parameters;
-the sum of those gradients over the mesh, a few flat buckets (allreduce.py),
-is the AllReduce of contract: Loss, gradients and the update. The optimizer's update (:mod:`.optimizers`) then runs replicated, identically on
-every device. Dropout's multipliers (``drops``: node -> the core's masks, padded and sharded like ``x``) are a
+the sum of those gradients over the mesh (allreduce.py) is the AllReduce of
+contract: Loss, gradients and the update. The optimizer's update
+(:mod:`.optimizers`) then runs replicated, identically on every device. A job
+whose processes share a machine splits the train step in two instead
+(``own_gradients``, then ``apply_summed``), the processes' gradients summed
+between them through shared memory (parallel.py). Dropout's multipliers
+(``drops``: node -> the core's masks, padded and sharded like ``x``) are a
 part of the batch: a dict of arrays, empty for a model without Dropout.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
@@ -26,7 +31,7 @@ from jax.sharding import PartitionSpec as P
 
 from multidev.engine import ModelSpec, Optimizer
 
-from .allreduce import all_sum, device_mean, vary
+from .allreduce import all_sum, device_mean, split, vary
 from .devices import AXIS
 from .model import PRECISION, TF32, Compute, build
 from .optimizers import transformation
@@ -48,6 +53,12 @@ class Steps:
     accumulate: Callable[..., Any]
     #: (params, stats, x, drops, y, sizes, whole) -> gradient of the mean loss (running statistics untouched)
     gradients: Callable[..., Any]
+    #: (params, stats, x, drops, y, sizes, whole) -> (each device's own gradient, its leaves sharded; loss_sum,
+    #: correct, stats): the first half of a train step whose processes sum through shared memory (parallel.py)
+    own_gradients: Callable[..., Any]
+    #: (params, opt_state, every process's gradient as a flat vector, lr) -> (params, opt_state): the second half,
+    #: which adds those up in rank order as it applies them
+    apply_summed: Callable[..., Any]
     #: (params, stats, x, y, sizes) -> (logits, loss_sum, correct, count), inference mode
     evaluate: Callable[..., Any]
     #: the optimizer the train steps apply
@@ -85,8 +96,8 @@ def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimi
     model = build(spec, sync, compute(mesh, precision, tf32))
     opt = transformation(optimizer)
 
-    def shard_gradients(params, stats, x, drops, y, size, whole):
-        """This device's gradient of its rows' share of the loss, summed over the mesh in buckets (allreduce.py)."""
+    def own_gradients(params, stats, x, drops, y, size, whole):
+        """This device's own gradient of its rows' share of the loss; the loss and statistics summed over the mesh."""
         mask = jnp.arange(x.shape[0]) < size[0]
 
         def shard_loss(own):
@@ -97,14 +108,29 @@ def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimi
         grads, (loss_sum, correct, new_stats) = jax.grad(shard_loss, has_aux=True)(vary(params, AXIS))
         if not sync:  # each device's own running statistics: averaged over the devices with rows
             new_stats = device_mean(new_stats, size[0] > 0, AXIS)
-        return all_sum(grads, AXIS), lax.psum(loss_sum, AXIS), lax.psum(correct, AXIS), new_stats
+        return grads, lax.psum(loss_sum, AXIS), lax.psum(correct, AXIS), new_stats
 
-    grad = jax.shard_map(shard_gradients, mesh=mesh, out_specs=(REPLICATED,) * 4,
-                         in_specs=(REPLICATED, REPLICATED) + (SHARDED,) * 4 + (REPLICATED,))
+    def shard_gradients(*args):
+        """This device's gradient summed over the mesh (allreduce.py: in buckets where the mesh spans processes)."""
+        grads, *rest = own_gradients(*args)
+        return all_sum(grads, AXIS, bucketed=len({d.process_index for d in mesh.devices.flat}) > 1), *rest
+
+    def leaf_gradients(*args):
+        grads, *rest = own_gradients(*args)
+        return jax.tree.leaves(grads), *rest
+
+    ins = (REPLICATED, REPLICATED) + (SHARDED,) * 4 + (REPLICATED,)
+    grad = jax.shard_map(shard_gradients, mesh=mesh, out_specs=(REPLICATED,) * 4, in_specs=ins)
+    own = jax.shard_map(leaf_gradients, mesh=mesh, out_specs=(SHARDED,) + (REPLICATED,) * 3, in_specs=ins)
 
     def apply(params, opt_state, grads, lr):
         updates, opt_state = opt.update(grads, optax.tree.set(opt_state, learning_rate=lr), params)
         return optax.apply_updates(params, updates), opt_state
+
+    def apply_summed(params, opt_state, flats, lr):
+        total = functools.reduce(jnp.add, flats)  # ((a + b) + c) ...: the order of the processes' ranks
+        leaves, treedef = jax.tree.flatten(params)
+        return apply(params, opt_state, jax.tree.unflatten(treedef, split(total, leaves)), lr)
 
     def train(params, opt_state, stats, x, drops, y, sizes, lr, whole):
         grads, loss_sum, correct, new_stats = grad(params, stats, x, drops, y, sizes, whole)
@@ -133,4 +159,6 @@ def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimi
     return Steps(train=jax.jit(train, donate_argnums=(0, 1, 2), out_shardings=replicated),
                  accumulate=jax.jit(accumulate, donate_argnums=(0, 1, 2, 3), out_shardings=replicated),
                  gradients=jax.jit(gradients, out_shardings=replicated),
+                 own_gradients=jax.jit(own, donate_argnums=(1,)),
+                 apply_summed=jax.jit(apply_summed, donate_argnums=(0, 1), out_shardings=replicated),
                  evaluate=jax.jit(evaluate), optimizer=opt)
