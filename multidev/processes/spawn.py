@@ -36,12 +36,20 @@ GRACE = 60.0
 def cause(failures: Sequence[tuple[int, int]]) -> tuple[int, int]:
     """Of the workers seen failing together, as (rank, exit code) in the order they failed, the one to name.
 
-    A worker killed by a signal (not the SIGTERM a launcher sends the rest) is
-    the cause; a worker that then exits with an error of its own only lost its
-    peer, and may be seen first when both end within one poll.
+    A worker killed by a signal is the cause, but for the SIGTERM a launcher
+    sends the rest and the SIGABRT with which JAX ends a process whose
+    coordinator (rank 0's process) is gone; next a worker that failed with an
+    error of its own (exit 1: a traceback, multidev/__main__.py); a worker
+    that exits with a multidev error (2) may only have lost its peer. Either
+    may be seen first when both end within one poll.
     """
-    killed = [f for f in failures if f[1] < 0 and f[1] != -signal.SIGTERM]
-    return (killed or list(failures))[0]
+    def order(failure: tuple[int, int]) -> int:
+        code = failure[1]
+        if code < 0 and code not in (-signal.SIGTERM, -signal.SIGABRT):
+            return 0
+        return {1: 1, -signal.SIGABRT: 2}.get(code, 3)
+
+    return min(failures, key=order)  # the first seen among equals
 
 
 def job_failed(what: str, code: int) -> MultidevError:

@@ -283,6 +283,24 @@ class MultiProcessChecks(EngineFixtures):
         assert not job_processes(str(saved)), "processes: a process of the job is still running"
         ckpt.load(saved)  # whole
 
+    def test_an_error_of_one_worker_ends_the_job_at_once_saying_why(self, engine, tmp_path):
+        """Rank 0 fails alone while rank 1 waits for it in a collective: not a wait until a timeout, the error said."""
+        self.needs_processes(engine)
+        (tmp_path / "net.py").write_text(
+            "import os\nfrom multidev.testing.layers import readme_definition\n\n\ndef build():\n"
+            "    if os.environ.get('RANK') == '0':\n"
+            "        raise OSError(28, 'No space left on device (one worker alone)')\n"
+            "    return readme_definition(16)\n")
+        start = time.monotonic()
+        done = subprocess.run(command(engine.name, *LENET_JOB, "--model", f"{tmp_path / 'net.py'}:build",
+                                      "--processes", "2", "--threads", THREADS, "--master", f"127.0.0.1:{free_port()}"),
+                              capture_output=True, text=True, timeout=400)
+        seconds = time.monotonic() - start
+        assert done.returncode not in (0, None), "processes: the job succeeded though a worker failed"
+        assert "No space left on device (one worker alone)" in done.stderr, done.stderr[-3000:]
+        assert "worker rank 0 exited with code 1" in done.stderr.strip().splitlines()[-1], done.stderr[-3000:]
+        assert seconds <= 2 * KILL_DEADLINE, f"processes: the job took {seconds:.0f} s to end after a worker failed"
+
     @staticmethod
     def faulted(engine) -> list[str]:
         return [*FAULTED, "--dtype", "float64" if "float64" in engine.capabilities else "float32"]

@@ -222,6 +222,12 @@ def run_in_group(engine: Backend, joined: Joined, s: Settings, on_epoch: OnEpoch
         if not job.writer:  # one writer, one progress bar, one set of epoch lines
             s = s.replace(checkpoint=None, checkpoint_every=None, trace=None, json=None, plot=None, progress=False)
             on_epoch = None
-        return run_here(engine, s, job, on_epoch, joined.local_rank)
-    finally:
+        result = run_here(engine, s, job, on_epoch, joined.local_rank)
+    except KeyboardInterrupt:  # a stop every rank makes at the same step (a signal, Ctrl-C): they leave together
         engine.leave()  # type: ignore[attr-defined]
+        raise
+    # An error of this rank alone leaves no way out: the peers wait inside a collective for it, and leaving waits
+    # for them (JAX's shutdown barrier: 5 minutes, then SIGABRT, the error unsaid). The worker ends at once
+    # instead (multidev/__main__.py) and its launcher stops the others.
+    engine.leave()  # type: ignore[attr-defined]
+    return result

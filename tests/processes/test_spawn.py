@@ -24,6 +24,13 @@ def test_the_worker_killed_is_named_not_the_one_that_lost_it():
     assert cause([(2, 1), (0, 2)]) == (2, 1)
 
 
+def test_the_worker_that_failed_alone_is_named_not_the_one_jax_aborted():
+    """JAX: rank 0 fails alone (a traceback, exit 1) and its coordinator's end aborts rank 1 within the same poll."""
+    assert cause([(1, -signal.SIGABRT), (0, 1)]) == (0, 1)
+    assert cause([(1, -signal.SIGABRT), (0, -signal.SIGKILL)]) == (0, -signal.SIGKILL)
+    assert cause([(0, 2), (1, -signal.SIGABRT)]) == (1, -signal.SIGABRT)  # a real abort, its peer lost
+
+
 #: a stand-in worker: notes its rank, start and port, and (rank 1, first start) dies as a killed worker does
 WORKER = """
 import os, signal, sys, time

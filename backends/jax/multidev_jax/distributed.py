@@ -13,19 +13,34 @@ them through ``multidev.engine.MultiProcess``).
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import jax
 import numpy as np
 
-from multidev.engine import HostSum, Launch, MultidevError, ProcessGroup, Restart, first_line, spawn
+from multidev.engine import HostSum, Launch, MultidevError, PeerLost, ProcessGroup, Restart, first_line, spawn
 
 from . import shared_compile
 from .devices import configure_cpu_devices
 
 #: seconds before JAX's survivors of a dead process give up (100 by default); the launcher usually ends them first
 HEARTBEAT_SECONDS = 10
+#: what XLA's gloo collectives say when the process at the other end is gone
+_GONE = ("gloo/transport", "Connection reset by peer", "Connection closed by peer")
+
+
+@contextlib.contextmanager
+def peers() -> Iterator[None]:
+    """A collective that fails because another process is gone is one line, not a traceback (as torch's)."""
+    try:
+        yield
+    except Exception as exc:
+        if jax.process_count() < 2 or not any(gone in str(exc) for gone in _GONE):
+            raise
+        raise PeerLost(f"rank {jax.process_index()} lost the job ({first_line(exc)[:160]}): another process "
+                       f"ended; the launcher says which") from None
 
 
 def launch(argv: Sequence[str], launch: Launch) -> list[Restart]:
@@ -55,13 +70,15 @@ def leave() -> None:
 def all_sum(values: np.ndarray) -> np.ndarray:
     """``values`` summed over every process of the job, float64."""
     from jax.experimental import multihost_utils
-    return np.asarray(multihost_utils.process_allgather(np.asarray(values, np.float64)), np.float64).sum(axis=0)
+    with peers():
+        return np.asarray(multihost_utils.process_allgather(np.asarray(values, np.float64)), np.float64).sum(axis=0)
 
 
 def barrier() -> None:
     """Every process of the job past this point (a collective of JAX's runtime: a lost peer fails it)."""
     from jax.experimental import multihost_utils
-    multihost_utils.sync_global_devices("multidev: barrier")
+    with peers():
+        multihost_utils.sync_global_devices("multidev: barrier")
 
 
 def host_sum(numel: int, dtype: np.dtype, group: ProcessGroup) -> Optional[HostSum]:

@@ -13,6 +13,7 @@ with the images: padded and sharded alike, one array per Dropout node.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Any, Hashable, Optional, Sequence
@@ -27,7 +28,7 @@ from multidev.engine import (HostSum, MultidevError, ReplicaStates, Setup, Shard
 
 from . import optimizers
 from .compiled import Compiler
-from .distributed import host_sum
+from .distributed import host_sum, peers
 from .devices import AXIS, job_devices, mesh
 from .layout import from_flax, to_flax
 from .model import MISSING_MASKS
@@ -66,12 +67,10 @@ def x64() -> Any:
 
 
 def scoped(method):
-    """Run a method with JAX's 64-bit mode as this replica set needs it (float64 runs only)."""
+    """Run a method with JAX's 64-bit mode as this replica set needs it (float64 runs only), a lost peer one line."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        if self.dtype != np.float64:
-            return method(self, *args, **kwargs)
-        with x64():
+        with peers(), (x64() if self.dtype == np.float64 else contextlib.nullcontext()):
             return method(self, *args, **kwargs)
     return wrapper
 
