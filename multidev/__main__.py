@@ -4,10 +4,17 @@ import sys
 import traceback
 
 from multidev.cli import main
+from multidev.errors import MultidevError
 from multidev.processes.group import from_environment
+from multidev.training.run import ends_at_once
 
-joined = from_environment()
+try:
+    joined = from_environment()
+except MultidevError:  # a bad RANK or WORLD_SIZE: main says so in one line
+    joined = None
 worker = joined is not None and joined.group.size > 1
+if worker:
+    ends_at_once()
 try:
     code = main()
 except Exception:

@@ -114,6 +114,8 @@ class HostSum:
 
     def sum(self) -> np.ndarray:
         """Every rank's slot added up, in rank order; valid until the next call (copy it to keep it)."""
+        if len(self._sets) > 1:
+            raise ValueError("sum adds one set of slots: open(..., sets=1), or gather with two")
         self._barrier()  # every slot written
         slots, part, total = self._sets[0], self._mine, self._total[self._mine]
         np.add(slots[0, part], slots[1, part], out=total)

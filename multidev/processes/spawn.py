@@ -34,14 +34,15 @@ GRACE = 60.0
 
 
 def cause(failures: Sequence[tuple[int, int]]) -> tuple[int, int]:
-    """Of the workers seen failing together, as (rank, exit code) in the order they failed, the one to name.
+    """Of the workers seen failing within one poll, as (rank, exit code), the one to name.
 
     A worker killed by a signal is the cause, but for the SIGTERM a launcher
     sends the rest and the SIGABRT with which JAX ends a process whose
     coordinator (rank 0's process) is gone; next a worker that failed with an
     error of its own (exit 1: a traceback, multidev/__main__.py); a worker
-    that exits with a multidev error (2) may only have lost its peer. Either
-    may be seen first when both end within one poll.
+    that exits with a multidev error (2) may only have lost its peer (torch's
+    and JAX's PeerLost, MXNet's heartbeat watcher). Among equals, the first
+    listed (the lowest rank as a launcher lists them, or the first seen).
     """
     def order(failure: tuple[int, int]) -> int:
         code = failure[1]

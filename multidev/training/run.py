@@ -14,7 +14,7 @@ from multidev.engines.capabilities import check_claims
 from multidev.engines.cpu import native_bf16
 from multidev.engines.protocol import Backend, Replicas, Setup, replicate
 from multidev.engines.registry import engine_version
-from multidev.errors import MultidevError
+from multidev.errors import MultidevError, PeerLost
 from multidev.nn import sources
 from multidev.outputs import checkpoint as ckpt
 from multidev.outputs.result import EpochRecord, Result
@@ -223,11 +223,25 @@ def run_in_group(engine: Backend, joined: Joined, s: Settings, on_epoch: OnEpoch
             s = s.replace(checkpoint=None, checkpoint_every=None, trace=None, json=None, plot=None, progress=False)
             on_epoch = None
         result = run_here(engine, s, job, on_epoch, joined.local_rank)
-    except KeyboardInterrupt:  # a stop every rank makes at the same step (a signal, Ctrl-C): they leave together
-        engine.leave()  # type: ignore[attr-defined]
+    except (KeyboardInterrupt, MultidevError) as exc:  # mostly every rank's at once (a signal, a diverged loss)
+        if not (isinstance(exc, PeerLost) and _ENDS_AT_ONCE):
+            engine.leave()  # type: ignore[attr-defined]
         raise
-    # An error of this rank alone leaves no way out: the peers wait inside a collective for it, and leaving waits
-    # for them (JAX's shutdown barrier: 5 minutes, then SIGABRT, the error unsaid). The worker ends at once
-    # instead (multidev/__main__.py) and its launcher stops the others.
+    except Exception:
+        # An error of this rank alone leaves no way out: the peers wait inside a collective for it, and leaving
+        # waits for them (JAX's shutdown barrier: 5 minutes, then SIGABRT, the error unsaid). A job's worker ends
+        # at once instead (multidev/__main__.py) and its launcher stops the others.
+        if not _ENDS_AT_ONCE:
+            engine.leave()  # type: ignore[attr-defined]
+        raise
     engine.leave()  # type: ignore[attr-defined]
     return result
+
+
+#: set by ``python -m multidev`` in a job's worker, which ends its process itself right after an error
+_ENDS_AT_ONCE: list[bool] = []
+
+
+def ends_at_once() -> None:
+    """This process ends with ``os._exit`` after an error in a job: leaving the runtime first could wait for ever."""
+    _ENDS_AT_ONCE.append(True)

@@ -66,10 +66,13 @@ def test_every_rank_gets_the_sum_in_rank_order_bit_for_bit(way, size, numel):
     assert not [p for p in os.listdir(hostsum.FOLDER) if f"-{port}-" in p]  # nothing left behind
 
 
-def test_gather_without_a_second_set_of_slots_is_refused():
+def test_each_way_refuses_the_other_ways_slots():
     shared = HostSum(mmap.mmap(-1, 4096), 10, np.dtype(np.float32), ProcessGroup(0, 2), lambda: None)
     with pytest.raises(ValueError, match="sets=2"):
         shared.gather()
+    two = HostSum(mmap.mmap(-1, 8192), 10, np.dtype(np.float32), ProcessGroup(0, 2), lambda: None, sets=2)
+    with pytest.raises(ValueError, match="sets=1"):  # its slots alternate: sum would add a stale set
+        two.sum()
 
 
 @pytest.mark.parametrize("env, shared", [

@@ -3,7 +3,7 @@
 import pytest
 
 from multidev.data import synthetic
-from multidev.errors import MultidevError
+from multidev.errors import MultidevError, PeerLost
 from multidev.rules.devices import Device
 from multidev.testing import LENET
 from multidev.testing.fake import FakeEngine
@@ -87,3 +87,42 @@ def test_bf16_on_a_cpu_that_emulates_it_is_one_warning(monkeypatch, native, prec
     assert said == (["this CPU has no bfloat16 arithmetic (AVX-512 BF16 or AMX), so the frameworks emulate it and "
                      "--precision bf16 trains slower than fp32 here (torch's convolutions: 14 times, on an AVX2 "
                      "EPYC); use --precision fp32, or a GPU"] if warned else [])
+
+
+class _GroupEngine:
+    """A rank of a two-process job whose runtime agrees with everything; counts its leaves."""
+
+    name, capabilities, left = "stub", frozenset({"multi_process"}), 0
+
+    def join(self, group, local_rank) -> None:
+        pass
+
+    def leave(self) -> None:
+        self.left += 1
+
+    def all_sum(self, values):
+        import numpy as np
+        return np.full_like(values, np.max(values))  # every rank said what rank 0 said
+
+
+@pytest.mark.parametrize("error, ends_at_once, leaves", [
+    (OSError(28, "disk full"), False, 1),        # multidev.train in a user's process (Ray Train): the runtime is left
+    (OSError(28, "disk full"), True, 0),         # a job's worker: it ends at once; leaving would wait for its peers
+    (MultidevError("diverged"), True, 1),        # raised by every rank at the same step: they leave together
+    (PeerLost("rank 1 is gone"), True, 0),       # the job is gone: leaving would wait for the dead
+    (KeyboardInterrupt(), True, 1),              # a stop every rank makes at the same step
+])
+def test_a_rank_leaves_the_runtime_unless_leaving_would_wait_for_ever(monkeypatch, error, ends_at_once, leaves):
+    from multidev.processes.group import Joined, ProcessGroup
+    from multidev.settings.run import Settings
+    from multidev.training import run
+
+    def fails(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(run, "run_here", fails)
+    monkeypatch.setattr(run, "_ENDS_AT_ONCE", [True] if ends_at_once else [])
+    engine = _GroupEngine()
+    with pytest.raises(type(error)):
+        run.run_in_group(engine, Joined(ProcessGroup(0, 2), 0), Settings(), None)
+    assert engine.left == leaves

@@ -95,6 +95,7 @@ class JaxReplicas(ReplicaStates):
         if setup.group.size > 1:  # the step's psum spans the job: XLA's collectives, gloo between CPU processes
             self.process_sums = "XLA's collectives inside the compiled step"
         self._host: Optional[list[Optional[HostSum]]] = None  # the shared-memory sum, asked for at the first step
+        self._reading: Any = None  # the last update through the shared memory (_train_shared)
         self.load_state(state)
         self.load_optimizer_state(setup.optimizer.init_state(self.spec, self.dtype))
 
@@ -225,6 +226,10 @@ class JaxReplicas(ReplicaStates):
         """
         args = (self._params, self._stats, batch.x, drops, batch.y, batch.device_sizes, whole)
         leaves, loss_sum, correct, self._stats = self._compiled("own_gradients", batch, *args)(*args)
+        # The update that read this slot set two steps ago is done: the slot is rewritten after the next barrier,
+        # which the peers pass only once done too (their gradients wait for their updates; loaded state cuts that
+        # chain, this wait does not)
+        jax.block_until_ready(self._reading)
         self._into_slot(leaves, shared.slot())
         flats = tuple(jax.make_array_from_single_device_arrays(
             values.shape, self._replicated, [jax.device_put(values, d, may_alias=True) for d in self._local])
@@ -232,6 +237,7 @@ class JaxReplicas(ReplicaStates):
         args = (self._params, self._opt_state, flats, rate)
         step = self._compiler.get(("apply_summed", *self._recipe, self.dtype), self._steps.apply_summed, *args)
         self._params, self._opt_state = step(*args)
+        self._reading = self._opt_state  # this update's output: ready once it has read the slots
         return [loss_sum, correct]
 
     def _into_slot(self, leaves: list[jax.Array], slot: np.ndarray) -> None:

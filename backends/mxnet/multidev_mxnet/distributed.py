@@ -154,12 +154,12 @@ def watch(kv, nodes: int, says: str) -> Callable[[], None]:
             with busy:
                 if stop.is_set() or lib.MXKVStoreGetNumDeadNode(handle, nodes, ctypes.byref(dead), DEAD_AFTER):
                     continue
-            if dead.value:
+            if dead.value:  # exit 2, as a lost peer's multidev error: the launcher names the process that ended
                 if will_restart():  # the launcher names what ended and starts the job again: nothing to add
-                    os._exit(1)
+                    os._exit(2)
                 print(f"multidev: error: {says.format(n=dead.value)} (no heartbeat for {DEAD_AFTER} s): another "
                       f"process of the job ended; its machine's launcher says which", file=sys.stderr, flush=True)
-                os._exit(1)
+                os._exit(2)
 
     def stopped() -> None:
         with busy:
