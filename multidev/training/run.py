@@ -212,6 +212,10 @@ def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch =
     return training.run(start, on_epoch)
 
 
+#: set by ``python -m multidev`` in a job's worker, which ends its process itself right after an error
+_ENDS_AT_ONCE: list[bool] = []
+
+
 def run_in_group(engine: Backend, joined: Joined, s: Settings, on_epoch: OnEpoch) -> Result:
     """This worker's share of a job: join the framework's runtime, check that every rank agrees, train."""
     check_claims(engine, frozenset({"multi_process"}))
@@ -223,23 +227,17 @@ def run_in_group(engine: Backend, joined: Joined, s: Settings, on_epoch: OnEpoch
             s = s.replace(checkpoint=None, checkpoint_every=None, trace=None, json=None, plot=None, progress=False)
             on_epoch = None
         result = run_here(engine, s, job, on_epoch, joined.local_rank)
-    except (KeyboardInterrupt, MultidevError) as exc:  # mostly every rank's at once (a signal, a diverged loss)
-        if not (isinstance(exc, PeerLost) and _ENDS_AT_ONCE):
-            engine.leave()  # type: ignore[attr-defined]
-        raise
-    except Exception:
-        # An error of this rank alone leaves no way out: the peers wait inside a collective for it, and leaving
-        # waits for them (JAX's shutdown barrier: 5 minutes, then SIGABRT, the error unsaid). A job's worker ends
-        # at once instead (multidev/__main__.py) and its launcher stops the others.
-        if not _ENDS_AT_ONCE:
+    except BaseException as exc:
+        # An error of this rank alone (or a lost peer) leaves no way out: the peers wait inside a collective for it,
+        # and leaving waits for them (JAX's shutdown barrier: 5 minutes, then SIGABRT, the error unsaid). A job's
+        # worker ends at once instead (multidev/__main__.py) and its launcher stops the others. Signals and
+        # multidev's errors come to every rank at the same step (a diverged loss): they leave together.
+        alone = isinstance(exc, PeerLost) or not isinstance(exc, (KeyboardInterrupt, MultidevError))
+        if not (alone and _ENDS_AT_ONCE):
             engine.leave()  # type: ignore[attr-defined]
         raise
     engine.leave()  # type: ignore[attr-defined]
     return result
-
-
-#: set by ``python -m multidev`` in a job's worker, which ends its process itself right after an error
-_ENDS_AT_ONCE: list[bool] = []
 
 
 def ends_at_once() -> None:
