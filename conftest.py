@@ -22,6 +22,8 @@ apply_threads(None)
 # The JAX engine's BatchNorm sums in one form, not the one a timing picks: results must not depend on the machine's
 # load (backends/jax/tests/test_sums.py checks the measuring itself).
 os.environ.setdefault("MULTIDEV_JAX_SUMS", "matvec")
+# ... and XLA's threads likewise (backends/jax/tests/test_threads.py checks that measuring).
+os.environ.setdefault("MULTIDEV_JAX_THREADS", "cores")
 
 
 def pytest_configure(config):

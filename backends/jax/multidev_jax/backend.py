@@ -6,8 +6,8 @@ from typing import Optional
 
 from multidev.engine import MultiProcess, Setup, State
 
-from . import compile_cache, distributed, sums
-from .devices import configure_cpu_devices, cpu_devices, cpu_devices_note, gpu_devices, threads_note
+from . import compile_cache, distributed, sums, threads
+from .devices import configure_cpu_devices, cpu_devices, cpu_devices_note, gpu_devices
 from .parallel import JaxReplicas
 
 
@@ -24,7 +24,7 @@ class JaxBackend(MultiProcess):
     def settings(self) -> dict[str, str]:
         configure_cpu_devices()
         return {"cpu devices": cpu_devices_note(), "compilation cache": compile_cache.note(),
-                "BatchNorm sums": sums.note(), "threads": threads_note(),
+                "BatchNorm sums": sums.note(), "threads": threads.note(),
                 "float64": "JAX's 64-bit mode is switched on for float64 runs only, and off again after each call"}
 
     def gpu_count(self) -> int:

@@ -18,8 +18,7 @@ from typing import Any, Callable, Hashable
 
 import jax
 
-from . import compile_cache
-from .devices import compiler_options
+from . import compile_cache, threads
 
 _CACHE: dict[Hashable, jax.stages.Compiled] = {}
 
@@ -39,7 +38,8 @@ class Compiler:
         compiled = _CACHE.get(key)
         if compiled is None:
             start, hits = time.perf_counter(), compile_cache.hits()
-            compiled = jitted.lower(*args).compile(compiler_options())  # type: ignore[attr-defined]
+            name = str(key[0]) if isinstance(key, tuple) and key else str(key)
+            compiled = threads.compile(jitted.lower(*args), name, args)  # type: ignore[attr-defined]
             if jax.process_count() > 1:  # every process compiles the same steps in the same order
                 from jax.experimental import multihost_utils
                 multihost_utils.sync_global_devices("multidev: compiled")

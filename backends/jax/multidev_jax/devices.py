@@ -28,8 +28,6 @@ ENV = "MULTIDEV_JAX_CPU_DEVICES"
 DEFAULT_CPU_DEVICES = 8
 AXIS = "data"  # the mesh axis the batch is split along
 _XLA_FLAG = "xla_force_host_platform_device_count"
-#: XLA's own switch for multi-threaded operations; it reads neither OMP_NUM_THREADS nor the CPU affinity
-_ONE_THREAD_FLAG = "xla_cpu_multi_thread_eigen"
 
 
 def requested_cpu_devices() -> Optional[int]:
@@ -45,29 +43,6 @@ def requested_cpu_devices() -> Optional[int]:
 
 
 _applied: dict[str, int] = {}  # "set": the count this engine gave JAX; "late": the one it came too late for
-
-
-def compiler_options() -> dict[str, bool]:
-    """XLA's options for the engine's steps: one thread per operation where the run has one CPU thread.
-
-    XLA computes an operation on every core whatever ``OMP_NUM_THREADS`` says,
-    so two workers of a job on 2 cores ran two threads each: ResNet-18 on
-    digits took 3.8 s an epoch against 3.1 s with XLA's operations on one
-    thread each (Intel Xeon, 2 cores). Given per compiled step, so nothing
-    process-wide changes; larger thread counts XLA cannot be held to (it
-    takes every core). A value the user gave in ``XLA_FLAGS`` stands.
-    """
-    if os.environ.get("OMP_NUM_THREADS", "").strip() == "1" and _ONE_THREAD_FLAG not in os.environ.get("XLA_FLAGS", ""):
-        return {_ONE_THREAD_FLAG: False}
-    return {}
-
-
-def threads_note() -> str:
-    """What ``multidev backends`` says of XLA's threads."""
-    if compiler_options():
-        return "one per operation (OMP_NUM_THREADS=1, as --threads 1 and each of 2 workers on 2 cores set it)"
-    return ("XLA computes each operation on every core (it reads no OMP_NUM_THREADS); --threads 1 makes it one, "
-            "as a job's workers with a core each get")
 
 
 def configure_cpu_devices() -> None:

@@ -18,25 +18,22 @@ not. GPUs always take ``matvec``, as measured on one when this was written.
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import compile_cache
+from .choices import Kept
 
 ENV = "MULTIDEV_JAX_SUMS"
 FORMS = ("matvec", "reduce")
 DEFAULT = "matvec"
 _VECTOR = (((0,), (0,)), ((), ()))  # contract axis 0 of both operands
-_chosen: dict[str, str] = {}   # shape key -> form, as loaded and measured by this process
-_loaded: list[bool] = []
+_kept = Kept("sums.json", FORMS)  # shape key -> form, as loaded and measured by this process
 _forced: list[str] = []        # the form being measured
 
 
@@ -59,39 +56,6 @@ _FUNCTIONS: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {"matvec": 
 
 def _key(shape: tuple[int, ...], dtype: object) -> str:
     return f"{'x'.join(str(d) for d in shape)}:{np.dtype(dtype).name}"
-
-
-def _file() -> Optional[Path]:
-    folder = compile_cache.folder()
-    return folder / "sums.json" if folder else None
-
-
-def _load() -> None:
-    if _loaded:
-        return
-    _loaded.append(True)
-    path = _file()
-    try:
-        saved = json.loads(path.read_text()) if path else {}
-    except (OSError, ValueError):  # none yet, or unreadable: measure again
-        saved = {}
-    _chosen.update({k: v for k, v in saved.items() if v in FORMS})
-
-
-def _save() -> None:
-    path = _file()
-    if path is None:
-        return
-    try:
-        saved = json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, ValueError):
-        saved = {}
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    try:
-        temporary.write_text(json.dumps({**saved, **_chosen}, indent=1, sort_keys=True))
-        os.replace(temporary, path)  # whole or not at all: runs of other processes read it
-    except OSError:
-        pass  # a read-only cache: the choice lives in this process only
 
 
 def _measure(shape: tuple[int, ...], dtype: object, repeats: int = 5) -> str:
@@ -140,15 +104,15 @@ def form(shape: tuple[int, ...], dtype: object, cpu: bool) -> str:
         return pinned
     if not cpu:
         return DEFAULT
-    _load()
     key = _key(shape, dtype)
-    if key not in _chosen:
+    chosen = _kept.get(key)
+    if chosen is None:
         if jax.process_count() > 1:
             return DEFAULT
         with jax.ensure_compile_time_eval():  # measured now, outside the step being traced
-            _chosen[key] = _measure(shape, dtype)
-        _save()
-    return _chosen[key]
+            chosen = _measure(shape, dtype)
+        _kept.put(key, chosen)
+    return chosen
 
 
 def channel_sum(a: jax.Array, weight: jax.Array, cpu: bool = True) -> jax.Array:
@@ -161,10 +125,8 @@ def note() -> str:
     pinned = os.environ.get(ENV, "").strip().lower()
     if pinned in FORMS:
         return f"{pinned} ({ENV}={pinned})"
-    _load()
-    counts = {name: sum(v == name for v in _chosen.values()) for name in FORMS}
-    where = _file() or "this process only: the compilation cache is off"
-    if not _chosen:
+    counts, where = _kept.counts(), _kept.where()
+    if not any(counts.values()):
         return f"measured on this CPU per shape at a run's first step, kept in {where}"
     return (f"measured on this CPU, shapes: matvec for {counts['matvec']}, reduce for {counts['reduce']} "
             f"({where}; {ENV}=matvec|reduce pins one)")

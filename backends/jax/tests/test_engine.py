@@ -51,22 +51,6 @@ def test_env_override_sets_the_count():
     assert proc.stdout.strip() == "3", proc.stderr
 
 
-@pytest.mark.parametrize("omp, flags, want", [
-    ("1", "", {"xla_cpu_multi_thread_eigen": False}),          # --threads 1, or a job's worker on its core
-    ("1", "--xla_cpu_multi_thread_eigen=true", {}),             # the user's flag stands
-    ("2", "--xla_dump_to=x", {}),                               # more threads: XLA takes every core anyway
-    ("", "", {}),
-])
-def test_one_thread_is_asked_of_xla_as_xla_understands_it(monkeypatch, omp, flags, want):
-    from multidev_jax.devices import compiler_options
-
-    monkeypatch.setenv("OMP_NUM_THREADS", omp)
-    monkeypatch.setenv("XLA_FLAGS", flags)
-    environment = dict(os.environ)
-    assert compiler_options() == want
-    assert dict(os.environ) == environment  # per compiled step: no process-wide variable
-
-
 @pytest.mark.slow  # a fresh interpreter loading every engine: 7 s of the quick suite on a Zen 3 EPYC
 def test_bad_env_override_is_one_clear_line():
     proc = run_python("import sys; from multidev.cli import main; sys.exit(main(['backends']))",

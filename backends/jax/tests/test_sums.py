@@ -18,17 +18,16 @@ def engine():
 @pytest.fixture
 def sums(engine, monkeypatch, tmp_path):
     """The sums module measuring afresh, with its choices kept in a folder of this test's own."""
-    from multidev_jax import sums
+    from multidev_jax import choices, sums
 
     engine.max_cpu_devices()
     monkeypatch.delenv(sums.ENV, raising=False)
-    monkeypatch.setattr(sums.compile_cache, "folder", lambda: tmp_path)
-    monkeypatch.setattr(sums, "_chosen", {})
+    monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
+    monkeypatch.setattr(sums, "_kept", choices.Kept("sums.json", sums.FORMS))
     measured = []  # the shapes measured, in order: the real measuring, counted
     real = sums._measure
     monkeypatch.setattr(sums, "_measure", lambda shape, dtype: measured.append(shape) or real(shape, dtype))
     monkeypatch.setattr(sums, "measured", measured, raising=False)  # for the tests to read; undone after
-    monkeypatch.setattr(sums, "_loaded", [])
     return sums
 
 
@@ -54,7 +53,7 @@ def test_a_shape_is_measured_once_and_the_choice_is_kept_for_later_runs(sums, tm
     # a later run reads the file instead of measuring: make the saved choice the other form to see it is read
     other = next(f for f in sums.FORMS if f != first)
     (tmp_path / "sums.json").write_text(json.dumps({"8x4x4x16:float32": other}))
-    sums._chosen.clear(), sums._loaded.clear()
+    sums._kept.forget()
     monkeypatch.setattr(sums, "_measure", None)  # measuring again would fail
     assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == other
     assert f"{other} for 1" in sums.note()

@@ -1,0 +1,67 @@
+"""Choices measured on this CPU, kept in a JSON file beside the compilation cache so later runs need not measure.
+
+The cache folder is per CPU kind (:mod:`.compile_cache`), so a choice made on
+an Intel Xeon is never read on an AMD EPYC. With the cache off a choice lives
+in its process only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Optional
+
+from . import compile_cache
+
+
+class Kept:
+    """One file of choices (key -> form), read once per process and written whole after each new choice."""
+
+    def __init__(self, filename: str, forms: Iterable[str]) -> None:
+        self.filename = filename
+        self.forms = tuple(forms)
+        self.chosen: dict[str, str] = {}
+        self._loaded = False
+
+    def path(self) -> Optional[Path]:
+        folder = compile_cache.folder()
+        return folder / self.filename if folder else None
+
+    def _read(self) -> dict[str, str]:
+        path = self.path()
+        try:
+            saved = json.loads(path.read_text()) if path and path.exists() else {}
+        except (OSError, ValueError):  # unreadable: measure again
+            return {}
+        return {k: v for k, v in saved.items() if v in self.forms} if isinstance(saved, dict) else {}
+
+    def get(self, key: str) -> Optional[str]:
+        if not self._loaded:
+            self._loaded = True
+            self.chosen.update(self._read())
+        return self.chosen.get(key)
+
+    def put(self, key: str, form: str) -> None:
+        self.chosen[key] = form
+        path = self.path()
+        if path is None:
+            return
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        try:
+            temporary.write_text(json.dumps({**self._read(), **self.chosen}, indent=1, sort_keys=True))
+            os.replace(temporary, path)  # whole or not at all: runs of other processes read it
+        except OSError:
+            pass  # a read-only cache: the choice lives in this process only
+
+    def counts(self) -> dict[str, int]:
+        self.get("")
+        return {form: sum(v == form for v in self.chosen.values()) for form in self.forms}
+
+    def where(self) -> str:
+        return str(self.path() or "this process only: the compilation cache is off")
+
+    def forget(self) -> None:
+        """Read the file afresh at the next question (tests)."""
+        self.chosen.clear()
+        self._loaded = False

@@ -1,0 +1,116 @@
+"""XLA's threads for each compiled step: every core per operation, or one, chosen by measurement per CPU kind and step.
+
+XLA:CPU computes an operation on every core. Several virtual devices on the
+same cores then run that many threads per core; one thread per operation
+(``xla_cpu_multi_thread_eigen`` off) is sometimes faster and sometimes not:
+on an Intel Xeon with 2 cores, ResNet-18 on 2 devices took 1.30 s a step of
+64 28x28 images with every core against 1.14 s with one thread per
+operation, while on 8x8 digits the one-thread form was the slower (3.1
+against 2.8 s an epoch). No constant is right, so the first time a run
+compiles a step on two or more CPU devices of one process, the engine
+compiles both forms, times each on copies of the step's arguments (the run
+itself is untouched), and keeps the faster, in ``threads.json`` beside the
+compilation cache (per CPU kind, keyed by the step's program); ``multidev
+backends`` says what was chosen.
+
+A run with one CPU thread (``OMP_NUM_THREADS=1``: ``--threads 1``, or a job's
+worker with a core of its own) always takes ``one``: XLA reads neither that
+variable nor the CPU affinity. ``MULTIDEV_JAX_THREADS=cores`` or ``one`` pins
+a form (the test suite pins ``cores``, so that its results do not depend on
+a timing); a value the user gave in ``XLA_FLAGS`` stands. One device, GPUs
+and jobs of several processes never measure (every process must take the
+same time for the same program): they take a form this machine measured
+for the step, or ``cores``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+
+from .choices import Kept
+
+ENV = "MULTIDEV_JAX_THREADS"
+FLAG = "xla_cpu_multi_thread_eigen"  # XLA's own switch; given per compiled step, so nothing process-wide changes
+FORMS = ("cores", "one")
+DEFAULT = "cores"
+_OPTIONS: dict[str, dict[str, bool]] = {"cores": {}, "one": {FLAG: False}}
+_kept = Kept("threads.json", FORMS)
+_measured: list[str] = []  # keys measured by this process (tests)
+
+
+def pinned() -> Optional[str]:
+    """The form the environment fixes, or None: measure (or take what was measured)."""
+    if FLAG in os.environ.get("XLA_FLAGS", ""):
+        return "flags"  # the user's flag stands: no option of ours
+    if os.environ.get("OMP_NUM_THREADS", "").strip() == "1":
+        return "one"
+    value = os.environ.get(ENV, "").strip().lower()
+    return value if value in FORMS else None
+
+
+def options(form: str) -> dict[str, bool]:
+    return _OPTIONS.get(form, {})
+
+
+def _devices(args: tuple[Any, ...]) -> list[jax.Device]:
+    arrays = [a for a in jax.tree.leaves(args) if isinstance(a, jax.Array)]
+    return sorted(arrays[0].sharding.device_set, key=lambda d: d.id) if arrays else []
+
+
+def _fresh(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A copy of every array: the step gives some of its arguments' buffers to its results."""
+    return jax.tree.map(lambda a: jnp.copy(a) if isinstance(a, jax.Array) else a, args)
+
+
+def _seconds(compiled: jax.stages.Compiled, args: tuple[Any, ...], repeats: int) -> float:
+    times = []
+    for _ in range(repeats + 1):  # the first run allocates: not counted
+        copy = jax.block_until_ready(_fresh(args))
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(*copy))
+        times.append(time.perf_counter() - start)
+    return min(times[1:])
+
+
+def compile(lowered: jax.stages.Lowered, name: str, args: tuple[Any, ...],
+            repeats: int = 3) -> jax.stages.Compiled:
+    """``lowered`` compiled in the form of XLA's threads this CPU runs fastest (see the module's docstring)."""
+    form = pinned()
+    if form is not None:
+        return lowered.compile(options(form))
+    devices = _devices(args)
+    key = f"{name}:{len(devices)}:{hashlib.sha256(lowered.as_text().encode()).hexdigest()[:16]}"
+    chosen = _kept.get(key)
+    if chosen is None and (len(devices) < 2 or devices[0].platform != "cpu" or jax.process_count() > 1):
+        chosen = DEFAULT
+    if chosen is not None:
+        return lowered.compile(options(chosen))
+    compiled = {form: lowered.compile(options(form)) for form in FORMS}
+    seconds = {form: _seconds(compiled[form], args, repeats) for form in FORMS}
+    chosen = min(seconds, key=seconds.__getitem__)
+    _kept.put(key, chosen)
+    _measured.append(key)
+    return compiled[chosen]
+
+
+def note() -> str:
+    """What ``multidev backends`` says of XLA's threads."""
+    form = pinned()
+    if form == "flags":
+        return f"as XLA_FLAGS says ({FLAG})"
+    if form == "one":
+        return "one per operation (OMP_NUM_THREADS=1, as --threads 1 and each of 2 workers on 2 cores set it)"
+    if form == "cores":
+        return f"every core per operation ({ENV}=cores)"
+    counts = _kept.counts()
+    if not any(counts.values()):
+        return (f"measured on this CPU per step on 2+ devices at a run's first step (every core per operation, "
+                f"or one), kept in {_kept.where()}")
+    return (f"measured on this CPU per step on 2+ devices: every core per operation for {counts['cores']}, one for "
+            f"{counts['one']} ({_kept.where()}; {ENV}=cores|one pins one)")
