@@ -68,9 +68,10 @@ def _fresh(args: tuple[Any, ...]) -> tuple[Any, ...]:
     return jax.tree.map(lambda a: jnp.copy(a) if isinstance(a, jax.Array) else a, args)
 
 
-def _seconds(compiled: jax.stages.Compiled, args: tuple[Any, ...], repeats: int) -> float:
-    times = []
-    for _ in range(repeats + 1):  # the first run allocates: not counted
+def _seconds(compiled: jax.stages.Compiled, args: tuple[Any, ...], repeats: int, budget: float = 5.0) -> float:
+    """The best of ``repeats`` runs after an untimed one (it allocates); fewer where the step is long."""
+    times: list[float] = []
+    while len(times) < repeats + 1 and not (len(times) >= 2 and sum(times) > budget):
         copy = jax.block_until_ready(_fresh(args))
         start = time.perf_counter()
         jax.block_until_ready(compiled(*copy))

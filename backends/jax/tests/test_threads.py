@@ -89,3 +89,20 @@ def test_one_device_measures_nothing(measuring, monkeypatch, tmp_path):
     state = _train(1, steps=1)
     assert all(np.isfinite(v).all() for v in state.values())
     assert measuring._measured == [] and not (tmp_path / "threads.json").exists()
+
+
+def test_a_long_step_is_timed_fewer_times():
+    import time
+
+    from multidev_jax import threads
+
+    calls = []
+
+    def step() -> None:
+        calls.append(1)
+        time.sleep(0.03)
+
+    assert threads._seconds(step, (), repeats=3, budget=10.0) >= 0.03 and len(calls) == 4  # one untimed, 3 timed
+    calls.clear()
+    threads._seconds(step, (), repeats=3, budget=0.05)
+    assert len(calls) == 2  # the untimed run and one timed: together over the budget
