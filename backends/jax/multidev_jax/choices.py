@@ -2,7 +2,10 @@
 
 The cache folder is per CPU kind (:mod:`.compile_cache`), so a choice made on
 an Intel Xeon is never read on an AMD EPYC. With the cache off a choice lives
-in its process only.
+in its process only. The processes of a job take rank 0's choices
+(:meth:`Kept.agreed`): a form changes the compiled program or its options,
+and processes compiling different ones wait for ever for each other's
+executables (:mod:`.shared_compile`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,11 @@ import os
 from pathlib import Path
 from typing import Iterable, Optional
 
+import jax
+
 from . import compile_cache
+
+AGREE_WAIT_MS = 120_000  # rank 0 reaches the same step's compilation at about the same time
 
 
 class Kept:
@@ -23,6 +30,7 @@ class Kept:
         self.forms = tuple(forms)
         self.chosen: dict[str, str] = {}
         self._loaded = False
+        self._agreed: dict[str, str] = {}
 
     def path(self) -> Optional[Path]:
         folder = compile_cache.folder()
@@ -54,6 +62,28 @@ class Kept:
         except OSError:
             pass  # a read-only cache: the choice lives in this process only
 
+    def agreed(self, key: str, default: str) -> str:
+        """In a job of several processes: rank 0's kept form (or ``default``), the same for every process."""
+        if key not in self._agreed:
+            try:
+                from jax._src.distributed import global_state
+                client = global_state.client
+            except ImportError:  # another JAX: no store to agree through, so every process takes the default
+                client = None
+            name = f"multidev/{self.filename}/{key}"
+            if client is None:
+                form = default
+            elif jax.process_index() == 0:
+                form = self.get(key) or default
+                try:
+                    client.key_value_set(name, form)
+                except jax.errors.JaxRuntimeError:  # published by this process before (forget() since)
+                    pass
+            else:
+                form = client.blocking_key_value_get(name, AGREE_WAIT_MS)
+            self._agreed[key] = form
+        return self._agreed[key]
+
     def counts(self) -> dict[str, int]:
         self.get("")
         return {form: sum(v == form for v in self.chosen.values()) for form in self.forms}
@@ -64,4 +94,5 @@ class Kept:
     def forget(self) -> None:
         """Read the file afresh at the next question (tests)."""
         self.chosen.clear()
+        self._agreed.clear()
         self._loaded = False

@@ -12,8 +12,8 @@ folder is per CPU kind); ``multidev backends`` says what was chosen.
 ``MULTIDEV_JAX_SUMS=matvec`` or ``reduce`` pins a form (the test suite pins
 ``matvec``, so that its results do not depend on a timing). A job of several
 processes never measures: every process must compile the same program, so
-it takes the forms this machine has measured, ``matvec`` for shapes it has
-not. GPUs always take ``matvec``, as measured on one when this was written.
+each takes the form rank 0's machine has measured, ``matvec`` for shapes it
+has not. GPUs always take ``matvec``, as measured on one when this was written.
 """
 
 from __future__ import annotations
@@ -105,10 +105,10 @@ def form(shape: tuple[int, ...], dtype: object, cpu: bool) -> str:
     if not cpu:
         return DEFAULT
     key = _key(shape, dtype)
+    if jax.process_count() > 1:
+        return _kept.agreed(key, DEFAULT)
     chosen = _kept.get(key)
     if chosen is None:
-        if jax.process_count() > 1:
-            return DEFAULT
         with jax.ensure_compile_time_eval():  # measured now, outside the step being traced
             chosen = _measure(shape, dtype)
         _kept.put(key, chosen)

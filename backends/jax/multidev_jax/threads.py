@@ -3,24 +3,26 @@
 XLA:CPU computes an operation on every core. Several virtual devices on the
 same cores then run that many threads per core; one thread per operation
 (``xla_cpu_multi_thread_eigen`` off) is sometimes faster and sometimes not:
-on an Intel Xeon with 2 cores, ResNet-18 on 2 devices took 1.30 s a step of
-64 28x28 images with every core against 1.14 s with one thread per
-operation, while on 8x8 digits the one-thread form was the slower (3.1
-against 2.8 s an epoch). No constant is right, so the first time a run
-compiles a step on two or more CPU devices of one process, the engine
-compiles both forms, times each on copies of the step's arguments (the run
-itself is untouched), and keeps the faster, in ``threads.json`` beside the
-compilation cache (per CPU kind, keyed by the step's program); ``multidev
-backends`` says what was chosen.
+on an Intel Xeon with 2 cores, ResNet-18 on 2 devices took 1.44 s a step of
+64 28x28 images with every core against 1.29 s with one thread per
+operation; on 8x8 digits one thread was the slower one day (3.1 against
+2.7-2.9 s an epoch) and the faster the next (3.3-3.5 against 3.5-3.8 s). No
+constant is right, so the first time a run compiles a step on two or more
+CPU devices of one process, the engine compiles both forms, times each on
+copies of the step's arguments (the run itself is untouched), and keeps the
+faster, in ``threads.json`` beside the compilation cache (per CPU kind,
+keyed by the step's program and ``XLA_FLAGS``); ``multidev backends`` says
+what was chosen.
 
 A run with one CPU thread (``OMP_NUM_THREADS=1``: ``--threads 1``, or a job's
 worker with a core of its own) always takes ``one``: XLA reads neither that
 variable nor the CPU affinity. ``MULTIDEV_JAX_THREADS=cores`` or ``one`` pins
 a form (the test suite pins ``cores``, so that its results do not depend on
-a timing); a value the user gave in ``XLA_FLAGS`` stands. One device, GPUs
-and jobs of several processes never measure (every process must take the
-same time for the same program): they take a form this machine measured
-for the step, or ``cores``.
+a timing); a value the user gave in ``XLA_FLAGS`` stands. One device and GPUs
+take ``cores`` and measure nothing. A job of several processes never
+measures either: its processes must compile the same program under the same
+options (or they wait for ever for each other's executables), so every one
+takes rank 0's kept choice for the step, or ``cores``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import time
 from typing import Any, Optional
 
 import jax
-import jax.numpy as jnp
 
 from .choices import Kept
 
@@ -64,8 +65,14 @@ def _devices(args: tuple[Any, ...]) -> list[jax.Device]:
 
 
 def _fresh(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A copy of every array: the step gives some of its arguments' buffers to its results."""
-    return jax.tree.map(lambda a: jnp.copy(a) if isinstance(a, jax.Array) else a, args)
+    """A copy of every array, placed alike: the step gives some of its arguments' buffers to its results.
+
+    ``device_put`` copies without compiling anything (``jnp.copy`` would
+    compile a program per shape, and count as compilation-cache hits).
+    """
+    def copy(a: Any) -> Any:
+        return jax.device_put(a, a.sharding, donate=False, may_alias=False) if isinstance(a, jax.Array) else a
+    return jax.tree.map(copy, args)
 
 
 def _seconds(compiled: jax.stages.Compiled, args: tuple[Any, ...], repeats: int, budget: float = 5.0) -> float:
@@ -86,10 +93,14 @@ def compile(lowered: jax.stages.Lowered, name: str, args: tuple[Any, ...],
     if form is not None:
         return lowered.compile(options(form))
     devices = _devices(args)
-    key = f"{name}:{len(devices)}:{hashlib.sha256(lowered.as_text().encode()).hexdigest()[:16]}"
+    if len(devices) < 2 or devices[0].platform != "cpu":
+        return lowered.compile(options(DEFAULT))
+    # the program and the flags XLA compiles it under (a choice made under other flags is another one)
+    program = f"{lowered.as_text()}\n{os.environ.get('XLA_FLAGS', '')}"
+    key = f"{name}:{len(devices)}:{hashlib.sha256(program.encode()).hexdigest()[:16]}"
+    if jax.process_count() > 1:  # never measured in a job: rank 0's kept choice, or the default, for all
+        return lowered.compile(options(_kept.agreed(key, DEFAULT)))
     chosen = _kept.get(key)
-    if chosen is None and (len(devices) < 2 or devices[0].platform != "cpu" or jax.process_count() > 1):
-        chosen = DEFAULT
     if chosen is not None:
         return lowered.compile(options(chosen))
     compiled = {form: lowered.compile(options(form)) for form in FORMS}

@@ -1,7 +1,6 @@
 """XLA's threads per step: what the environment pins, and the measured choice (once per step, kept, run untouched)."""
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -26,9 +25,7 @@ def test_the_environment_pins_a_form_without_changing_itself(monkeypatch, omp, f
     monkeypatch.setenv("OMP_NUM_THREADS", omp)
     monkeypatch.setenv("XLA_FLAGS", flags)
     monkeypatch.setenv(threads.ENV, env)
-    environment = dict(os.environ)
     assert threads.options(threads.pinned()) == want
-    assert dict(os.environ) == environment  # per compiled step: no process-wide variable
 
 
 @pytest.fixture
@@ -106,3 +103,95 @@ def test_a_long_step_is_timed_fewer_times():
     calls.clear()
     threads._seconds(step, (), repeats=3, budget=0.05)
     assert len(calls) == 2  # the untimed run and one timed: together over the budget
+
+
+class _Store:
+    """A job's key-value store as JAX's distributed client offers it: rank 0 publishes, the others wait for it."""
+
+    def __init__(self, **published: str) -> None:
+        self.values = dict(published)
+
+    def key_value_set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+    def blocking_key_value_get(self, key: str, timeout_ms: int) -> str:
+        return self.values[key]
+
+
+class _AnyKey(dict):
+    """A store where rank 0 published ``form`` for every key."""
+
+    def __init__(self, form: str) -> None:
+        super().__init__()
+        self.form = form
+
+    def __missing__(self, key: str) -> str:
+        return self.form
+
+
+@pytest.fixture
+def job(monkeypatch):
+    """This process as a rank of a two-process job, with a store of its own."""
+    import jax
+    from jax._src.distributed import global_state
+
+    store = _Store()
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(global_state, "client", store)
+    return store
+
+
+def _lowered_on(devices: int):
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:devices]), ("data",))
+    args = (jax.device_put(np.arange(8.0, dtype=np.float32), NamedSharding(mesh, PartitionSpec("data"))),)
+    return jax.jit(lambda x: x * 2).lower(*args), args
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_processes_of_a_job_take_rank_0s_choice_and_measure_nothing(measuring, job, monkeypatch, rank):
+    import jax
+
+    monkeypatch.setattr(jax, "process_index", lambda: rank)
+    monkeypatch.setattr(measuring, "_seconds", None)  # measuring would fail
+    lowered, args = _lowered_on(2)
+    forms = []
+    real = measuring.options
+    monkeypatch.setattr(measuring, "options", lambda form: forms.append(form) or real(form))
+    if rank == 0:  # rank 0 publishes what its own machine kept (nothing kept: the default)
+        measuring.compile(lowered, "f", args)
+        assert forms == ["cores"] and list(job.values.values()) == ["cores"]
+    else:  # the others take what rank 0 published, whatever their own file says
+        monkeypatch.setattr(measuring._kept, "get", lambda key: "cores")
+        job.values = _AnyKey("one")
+        measuring.compile(lowered, "f", args)
+        assert forms == ["one"]
+
+
+def test_one_device_measures_nothing_and_reads_nothing(measuring, monkeypatch):
+    monkeypatch.setattr(measuring, "_seconds", None)
+    monkeypatch.setattr(measuring._kept, "get", None)  # reading the file would fail
+    lowered, args = _lowered_on(1)
+    assert np.asarray(measuring.compile(lowered, "f", args)(*args)).tolist() == list(np.arange(8.0) * 2)
+
+
+def test_sums_in_a_job_take_rank_0s_form(job, monkeypatch, tmp_path):
+    import jax
+
+    from multidev_jax import choices, sums
+
+    monkeypatch.delenv(sums.ENV, raising=False)
+    monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
+    monkeypatch.setattr(sums, "_kept", choices.Kept("sums.json", sums.FORMS))
+    monkeypatch.setattr(sums, "_measure", None)
+    (tmp_path / "sums.json").write_text(json.dumps({"8x4x4x16:float32": "reduce"}))
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    job.values["multidev/sums.json/8x4x4x16:float32"] = "matvec"
+    assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == "matvec"  # rank 0's, not this machine's file
+    sums._kept.forget()
+    monkeypatch.setattr(jax, "process_index", lambda: 0)
+    job.values.clear()
+    assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == "reduce"
+    assert job.values == {"multidev/sums.json/8x4x4x16:float32": "reduce"}
