@@ -62,8 +62,8 @@ def parse() -> argparse.Namespace:
 CONTENDERS = ("engine", "hand", "keras")
 
 
-def alone(args: argparse.Namespace, name: str, k: int) -> tuple[float, float]:
-    """(samples/s, compile or first-step s) of one contender on ``k`` devices, timed in a fresh process."""
+def alone(args: argparse.Namespace, name: str, k: int) -> tuple[float, float, str]:
+    """(samples/s, compile or first-step s, forms) of one contender on ``k`` devices, timed in a fresh process."""
     done = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--devices", str(k), "--alone", name],
                           capture_output=True, text=True, check=True)
     return tuple(json.loads(done.stdout.strip().splitlines()[-1]))  # type: ignore[return-value]
@@ -94,14 +94,15 @@ def main() -> None:
     if keras_missing:
         print(f"Keras 3: skipped ({keras_missing})")
     print(f"{'devices':>7} {'engine samples/s':>17} {'hand-written':>13} {'ratio':>6} {'keras':>7} "
-          f"{'engine/keras':>12} {'engine compile s':>17} {'hand compile s':>15} {'keras first step s':>19}")
+          f"{'engine/keras':>12} {'engine compile s':>17} {'hand compile s':>15} {'keras first step s':>19}  "
+          "engine's measured forms")
     timers = {"engine": partial(time_engine, engine), "hand": time_handwritten, "keras": time_keras}
     if args.alone:
         print(json.dumps(timers[args.alone](args, counts[0], x, y)))
         return
     names = [n for n in CONTENDERS if n != "keras" or not keras_missing]
     for k in counts:
-        runs: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+        runs: dict[str, list[tuple[float, float, str]]] = {n: [] for n in names}
         for _ in range(args.rounds):
             for n in names:
                 runs[n].append(timers[n](args, k, x, y) if args.one_process else alone(args, n, k))
@@ -111,8 +112,8 @@ def main() -> None:
         ref_rate, ref_compile = medians["hand"]
         ker_rate, ker_first = medians.get("keras", (float("nan"), float("nan")))
         print(f"{k:>7} {eng_rate:>17.1f} {ref_rate:>13.1f} {eng_rate / ref_rate:>6.2f} {ker_rate:>7.1f} "
-              f"{eng_rate / ker_rate:>12.2f} {eng_compile:>17.2f} {ref_compile:>15.2f} {ker_first:>19.2f}",
-              flush=True)
+              f"{eng_rate / ker_rate:>12.2f} {eng_compile:>17.2f} {ref_compile:>15.2f} {ker_first:>19.2f}  "
+              f"{' | '.join(sorted({r[2] for r in runs['engine']}))}", flush=True)
 
 
 def warm_up() -> None:
@@ -131,7 +132,7 @@ def warm_up() -> None:
     jax.jit(jax.grad(lambda p: jnp.sum(model.apply(p, x)))).lower(params).compile()
 
 
-def time_engine(engine, args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+def time_engine(engine, args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float, str]:
     import multidev
     from multidev import ModelSpec, resolve_devices, shard_sizes
 
@@ -145,10 +146,21 @@ def time_engine(engine, args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[flo
     start = time.perf_counter()
     for _ in range(args.steps):
         reps.train_step(reps.place(multidev.cut(x, y, sizes)), args.lr)
-    return args.steps * len(x) / (time.perf_counter() - start), reps.compile_seconds
+    return args.steps * len(x) / (time.perf_counter() - start), reps.compile_seconds, forms()
 
 
-def time_handwritten(args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+def forms() -> str:
+    """The forms the engine's measuring chose for this run's steps (threads) and BatchNorm shapes (sums)."""
+    from multidev_jax import sums, threads
+
+    def counted(chosen: dict[str, int]) -> str:
+        return ", ".join(f"{form} {n}" for form, n in chosen.items() if n) or "none measured"
+    pinned = threads.pinned()
+    return (f"threads: {pinned + ' (pinned)' if pinned else counted(threads.chosen())}; "
+            f"sums: {counted(sums.chosen())}")
+
+
+def time_handwritten(args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float, str]:
     """A minimal data-parallel Flax + Optax loop: jit, a sharded batch, replicated parameters."""
     import flax.linen as nn
     import jax
@@ -217,7 +229,7 @@ def time_handwritten(args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float,
         return time.perf_counter() - start
 
     run(args.warmup)
-    return args.steps * len(x) / run(args.steps), compile_seconds
+    return args.steps * len(x) / run(args.steps), compile_seconds, ""
 
 
 def keras_absent() -> str:
@@ -232,7 +244,7 @@ def keras_absent() -> str:
     return ""
 
 
-def time_keras(args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+def time_keras(args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float, str]:
     """(samples/s, seconds to the first finished step) of Keras 3's DataParallel on the same job."""
     import jax
     import keras
@@ -270,7 +282,7 @@ def time_keras(args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float
     for _ in range(args.steps):
         model.train_on_batch(nhwc, y)
     keras.distribution.set_distribution(None)
-    return args.steps * len(x) / (time.perf_counter() - start), first
+    return args.steps * len(x) / (time.perf_counter() - start), first, ""
 
 
 if __name__ == "__main__":

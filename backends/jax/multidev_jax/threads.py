@@ -111,6 +111,11 @@ def compile(lowered: jax.stages.Lowered, name: str, args: tuple[Any, ...],
     return compiled[chosen]
 
 
+def chosen() -> dict[str, int]:
+    """How many steps took each form, as kept for this CPU (and chosen in this process)."""
+    return _kept.counts()
+
+
 def note() -> str:
     """What ``multidev backends`` says of XLA's threads."""
     form = pinned()
