@@ -18,7 +18,7 @@ from typing import Any, Callable, Hashable
 
 import jax
 
-from . import compile_cache, threads
+from . import compile_cache, distributed, threads
 
 _CACHE: dict[Hashable, jax.stages.Compiled] = {}
 
@@ -41,8 +41,7 @@ class Compiler:
             name = str(key[0]) if isinstance(key, tuple) and key else str(key)
             compiled = threads.compile(jitted.lower(*args), name, args)  # type: ignore[attr-defined]
             if jax.process_count() > 1:  # every process compiles the same steps in the same order
-                from jax.experimental import multihost_utils
-                multihost_utils.sync_global_devices("multidev: compiled")
+                distributed.barrier()
             self.seconds += time.perf_counter() - start
             self.cached += compile_cache.hits() > hits
             _CACHE[key] = compiled
