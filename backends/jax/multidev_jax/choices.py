@@ -63,17 +63,22 @@ class Kept:
             pass  # a read-only cache: the choice lives in this process only
 
     def agreed(self, key: str, default: str) -> str:
-        """In a job of several processes: rank 0's kept form (or ``default``), the same for every process."""
-        if key not in self._agreed:
-            try:
-                from jax._src.distributed import global_state
-                client = global_state.client
-            except ImportError:  # another JAX: no store to agree through, so every process takes the default
-                client = None
-            name = f"multidev/{self.filename}/{key}"
-            if client is None:
-                form = default
-            elif jax.process_index() == 0:
+        """In a job of several processes: rank 0's kept form (or ``default``), the same for every process.
+
+        Remembered per job (its key-value store): a later job of the same
+        processes, under Ray Train say, agrees afresh with its own rank 0.
+        """
+        try:
+            from jax._src.distributed import global_state
+            client = global_state.client
+        except ImportError:  # another JAX: no store to agree through, so every process takes the default
+            return default
+        if client is None:
+            return default
+        name = f"multidev/{self.filename}/{key}"
+        remembered = f"{id(client)}/{name}"
+        if remembered not in self._agreed:
+            if jax.process_index() == 0:
                 form = self.get(key) or default
                 try:
                     client.key_value_set(name, form)
@@ -81,8 +86,8 @@ class Kept:
                     pass
             else:
                 form = client.blocking_key_value_get(name, AGREE_WAIT_MS)
-            self._agreed[key] = form
-        return self._agreed[key]
+            self._agreed[remembered] = form
+        return self._agreed[remembered]
 
     def counts(self) -> dict[str, int]:
         self.get("")

@@ -195,3 +195,19 @@ def test_sums_in_a_job_take_rank_0s_form(job, monkeypatch, tmp_path):
     job.values.clear()
     assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == "reduce"
     assert job.values == {"multidev/sums.json/8x4x4x16:float32": "reduce"}
+
+
+def test_a_later_job_of_the_same_processes_agrees_afresh(job, monkeypatch, tmp_path):
+    """Under Ray Train a worker process can serve two jobs: the second one's rank 0 decides for it, not the first's."""
+    import jax
+    from jax._src.distributed import global_state
+
+    from multidev_jax import choices
+
+    monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
+    kept = choices.Kept("threads.json", ("cores", "one"))
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    job.values["multidev/threads.json/step"] = "one"
+    assert kept.agreed("step", "cores") == "one"
+    monkeypatch.setattr(global_state, "client", _Store(**{"multidev/threads.json/step": "cores"}))
+    assert kept.agreed("step", "cores") == "cores"
