@@ -44,10 +44,13 @@ class Kept:
             return {}
         return {k: v for k, v in saved.items() if v in self.forms} if isinstance(saved, dict) else {}
 
-    def get(self, key: str) -> Optional[str]:
+    def _load(self) -> None:
         if not self._loaded:
             self._loaded = True
             self.chosen.update(self._read())
+
+    def get(self, key: str) -> Optional[str]:
+        self._load()
         return self.chosen.get(key)
 
     def put(self, key: str, form: str) -> None:
@@ -90,7 +93,7 @@ class Kept:
         return self._agreed[remembered]
 
     def counts(self) -> dict[str, int]:
-        self.get("")
+        self._load()
         return {form: sum(v == form for v in self.chosen.values()) for form in self.forms}
 
     def where(self) -> str:

@@ -17,9 +17,8 @@ part of the batch: a dict of arrays, empty for a model without Dropout.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, reduce
 from typing import Any, Callable
 
 import jax
@@ -128,7 +127,7 @@ def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimi
         return optax.apply_updates(params, updates), opt_state
 
     def apply_summed(params, opt_state, flats, lr):
-        total = functools.reduce(jnp.add, flats)  # ((a + b) + c) ...: the order of the processes' ranks
+        total = reduce(jnp.add, flats)  # ((a + b) + c) ...: the order of the processes' ranks
         leaves, treedef = jax.tree.flatten(params)
         return apply(params, opt_state, jax.tree.unflatten(treedef, split(total, leaves)), lr)
 
