@@ -24,6 +24,8 @@ apply_threads(None)
 os.environ.setdefault("MULTIDEV_JAX_SUMS", "matvec")
 # ... and XLA's threads likewise (backends/jax/tests/test_threads.py checks that measuring).
 os.environ.setdefault("MULTIDEV_JAX_THREADS", "cores")
+# ... and a device's parts: whole, one JAX device per named device (backends/jax/tests/test_parts.py checks the split).
+os.environ.setdefault("MULTIDEV_JAX_PARTS", "whole")
 
 
 def pytest_configure(config):

@@ -139,8 +139,9 @@ def jax_replicas(engine, setup, state) -> dict[str, Any]:
     class Hand:
         """The hand-built Flax network as the steps call it (they pass Dropout's multipliers too)."""
 
-        def __init__(self, spec, sync, compute) -> None:
-            self.net = old.build(spec, sync, old.Compute(compute.cpu, compute.dtype, compute.precision))
+        def __init__(self, spec, axes, compute) -> None:
+            # the old network hands its ``sync`` on to BatchNorm, whose first field is now the axes it sums over
+            self.net = old.build(spec, axes, old.Compute(compute.cpu, compute.dtype, compute.precision))
 
         def apply(self, variables, x, mask=None, drops=None, **kwargs):
             return self.net.apply(variables, x, mask, **kwargs)

@@ -150,14 +150,16 @@ def time_engine(engine, args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[flo
 
 
 def forms() -> str:
-    """The forms the engine's measuring chose for this run's steps (threads) and BatchNorm shapes (sums)."""
-    from multidev_jax import sums, threads
+    """The forms the engine's measuring chose: devices whole or split (parts), each step's threads, BatchNorm's sums."""
+    from multidev_jax import parts, sums, threads
 
     def counted(chosen: dict[str, int]) -> str:
         return ", ".join(f"{form} {n}" for form, n in chosen.items() if n) or "none measured"
-    pinned = threads.pinned()
-    return (f"threads: {pinned + ' (pinned)' if pinned else counted(threads.chosen())}; "
-            f"sums: {counted(sums.chosen())}")
+
+    def named(module) -> str:
+        pinned = module.pinned()
+        return f"{pinned} (pinned)" if pinned else counted(module._kept.counts())
+    return f"parts: {named(parts)}; threads: {named(threads)}; sums: {counted(sums.chosen())}"
 
 
 def time_handwritten(args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float, str]:

@@ -27,7 +27,7 @@ from jax import lax
 BUCKET = 1 << 20
 
 
-def vary(tree: Any, axis: str) -> Any:
+def vary(tree: Any, axis: str | tuple[str, ...]) -> Any:
     """``tree`` as a per-device value of the mesh, so that its gradient is each device's own (no psum)."""
     if hasattr(lax, "pvary"):
         return jax.tree.map(lambda a: lax.pvary(a, axis), tree)
@@ -56,7 +56,7 @@ def split(total: jax.Array, leaves: list[Any]) -> list[jax.Array]:
     return out
 
 
-def all_sum(tree: Any, axis: str, bucketed: bool, limit: int = BUCKET) -> Any:
+def all_sum(tree: Any, axis: str | tuple[str, ...], bucketed: bool, limit: int = BUCKET) -> Any:
     """Every leaf of ``tree`` summed over mesh axis ``axis``: a bucket of leaves per psum, or a psum per leaf."""
     if not bucketed:
         return jax.tree.map(lambda a: lax.psum(a, axis), tree)
@@ -69,7 +69,7 @@ def all_sum(tree: Any, axis: str, bucketed: bool, limit: int = BUCKET) -> Any:
     return jax.tree.unflatten(treedef, out)
 
 
-def device_mean(tree: Any, active: jax.Array, axis: str) -> Any:
+def device_mean(tree: Any, active: jax.Array, axis: str | tuple[str, ...]) -> Any:
     """Mean of every leaf over the devices where ``active`` (one psum: the leaves and the device count)."""
     leaves, treedef = jax.tree.flatten(tree)
     if not leaves:

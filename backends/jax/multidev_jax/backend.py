@@ -6,7 +6,7 @@ from typing import Optional
 
 from multidev.engine import MultiProcess, Setup, State
 
-from . import compile_cache, distributed, sums, threads
+from . import compile_cache, distributed, parts, sums, threads
 from .devices import configure_cpu_devices, cpu_devices, cpu_devices_note, gpu_devices
 from .parallel import JaxReplicas
 
@@ -24,7 +24,7 @@ class JaxBackend(MultiProcess):
     def settings(self) -> dict[str, str]:
         configure_cpu_devices()
         return {"cpu devices": cpu_devices_note(), "compilation cache": compile_cache.note(),
-                "BatchNorm sums": sums.note(), "threads": threads.note(),
+                "BatchNorm sums": sums.note(), "threads": threads.note(), "device parts": parts.note(),
                 "float64": "JAX's 64-bit mode is switched on for float64 runs only, and off again after each call"}
 
     def gpu_count(self) -> int:

@@ -1,10 +1,13 @@
 """BatchNorm with the project's conventions, for code that runs per device in ``shard_map``.
 
 Every device holds a shard padded to a common length; ``mask`` marks its
-real rows, so padding never enters a statistic. ``local`` normalises with the
-shard's own statistics; ``sync`` adds the shards' sums with ``lax.psum`` over
-the mesh axis, so every device normalises with the whole batch's statistics
-and the gradient is the whole batch's (contract: BatchNorm).
+real rows, so padding never enters a statistic. The statistics are summed
+with ``lax.psum`` over ``axes``, the mesh axes that hold one batch as
+BatchNorm sees it: none for ``local`` on a device that is one part (the
+shard's own statistics), the device's parts where it runs on several
+(:mod:`.parts`: still its shard's statistics), every axis for ``sync`` (the
+whole batch's statistics, and the whole batch's gradient; contract:
+BatchNorm).
 Running statistics are averaged over the devices whose shard is not empty
 (by the step, every layer's in one psum: ``allreduce.device_mean``), so they
 come out identical on every device (the same rule as the torch engine).
@@ -24,7 +27,7 @@ reductions faster: sums.py measures which.
 from __future__ import annotations
 
 from functools import partial
-from typing import Optional
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax
@@ -36,25 +39,24 @@ from multidev.engine import BN_EPS, BN_MOMENTUM
 from .sums import channel_sum
 
 
-def _whole(value: jax.Array, axis: str, sync: bool) -> jax.Array:
-    """This shard's sum, or with ``sync`` the whole batch's (the same on every device)."""
-    return lax.psum(value, axis) if sync else value
+def _whole(value: Any, axes: tuple[str, ...]) -> Any:
+    """This part's sum over ``axes``: its shard's, or with ``sync`` the whole batch's (the same on every part)."""
+    return lax.psum(value, axes) if axes else value
 
 
 def _rows(weight: jax.Array, x: jax.Array) -> jax.Array:
     return weight.reshape((-1,) + (1,) * (x.ndim - 1))
 
 
-def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, axis: str, sync: bool,
-             cpu: bool):
+def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, axes: tuple[str, ...], cpu: bool):
     per_row = x.size // (x.shape[0] * x.shape[-1]) if x.shape[0] else 1
     # the row count travels with the channel sums: one psum, not two
-    sums = _whole(jnp.append(channel_sum(x, weight, cpu), jnp.sum(weight) * per_row), axis, sync)
+    sums = _whole(jnp.append(channel_sum(x, weight, cpu), jnp.sum(weight) * per_row), axes)
     count = sums[-1]
     n = jnp.maximum(count, 1.0)
     mean = sums[:-1] / n
     centred = x - mean
-    var = _whole(channel_sum(centred * centred, weight, cpu), axis, sync) / n  # two passes
+    var = _whole(channel_sum(centred * centred, weight, cpu), axes) / n  # two passes
     # an empty shard's variance is 0: normalise its padding with 1 instead, so that rsqrt(eps) cannot blow it up
     # layer after layer. Padding rows stay finite and are never read (the statistics and the loss skip them)
     rstd = lax.rsqrt(jnp.where(count > 0, var, 1.0) + BN_EPS)
@@ -62,34 +64,34 @@ def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array,
     return xhat * gamma + beta, (mean, var, count), (xhat, rstd, n)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def normalize(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, axis: str, sync: bool, cpu: bool):
-    """(gamma * x_hat + beta, (mean, biased variance, count)) over the rows with weight 1.
+@partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def normalize(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, axes: tuple[str, ...], cpu: bool):
+    """(gamma * x_hat + beta, (mean, biased variance, count)) over the rows with weight 1, summed over ``axes``.
 
     The statistics are for the running averages only: their gradient is not
     defined (use them under ``lax.stop_gradient``).
     """
-    out, stats, _ = _forward(x, weight, gamma, beta, axis, sync, cpu)
+    out, stats, _ = _forward(x, weight, gamma, beta, axes, cpu)
     return out, stats
 
 
-def _normalize_fwd(x, weight, gamma, beta, axis, sync, cpu):
-    out, stats, (xhat, rstd, n) = _forward(x, weight, gamma, beta, axis, sync, cpu)
+def _normalize_fwd(x, weight, gamma, beta, axes, cpu):
+    out, stats, (xhat, rstd, n) = _forward(x, weight, gamma, beta, axes, cpu)
     return (out, stats), (xhat, rstd, n, weight, gamma)
 
 
-def _normalize_bwd(axis, sync, cpu, residuals, cotangents):
-    """dx = gamma * rstd / n * (n * g - sum g - x_hat * sum g x_hat), sums over the real rows (of the batch with sync).
+def _normalize_bwd(axes, cpu, residuals, cotangents):
+    """dx = gamma * rstd / n * (n * g - sum g - x_hat * sum g x_hat), sums over the real rows of ``axes``.
 
-    gamma's and beta's cotangents are this device's own: the step differentiates
-    each device's copy of the parameters and sums the gradients over the mesh
-    itself (allreduce.py). With ``sync``, dx needs the whole batch's sums.
+    gamma's and beta's cotangents are this part's own: the step differentiates
+    each part's copy of the parameters and sums the gradients over the mesh
+    itself (allreduce.py). dx needs the sums over ``axes``, as the statistics.
     Padding rows get a zero gradient: they enter no statistic.
     """
     xhat, rstd, n, weight, gamma = residuals
     g = cotangents[0]
     dbeta, dgamma = channel_sum(g, weight, cpu), channel_sum(g * xhat, weight, cpu)
-    whole_dbeta, whole_dgamma = lax.psum((dbeta, dgamma), axis) if sync else (dbeta, dgamma)
+    whole_dbeta, whole_dgamma = _whole((dbeta, dgamma), axes)
     dx = (n * g - whole_dbeta - xhat * whole_dgamma) * (gamma * rstd / n)
     return dx * _rows(weight, g), jnp.zeros_like(weight), dgamma, dbeta
 
@@ -101,11 +103,10 @@ class BatchNorm(nn.Module):
     """Per-channel BatchNorm for NHWC or NC input, canonical parameter names.
 
     Call with ``mask`` (bool per row) in training, ``None`` in inference. In
-    training it must run inside ``shard_map`` over mesh axis ``axis``.
+    training it must run inside ``shard_map`` over a mesh with ``axes``.
     """
 
-    sync: bool = False
-    axis: str = "data"
+    axes: tuple[str, ...] = ()  # what the statistics are summed over (module docstring)
     cpu: bool = True  # the sums' form is measured on CPUs only (sums.py)
 
     @nn.compact
@@ -121,9 +122,9 @@ class BatchNorm(nn.Module):
         if mask is None:
             out = (x - running_mean.value) * (gamma * lax.rsqrt(running_var.value + BN_EPS)) + beta
             return out.astype(compute)
-        out, stats = normalize(x, mask.astype(x.dtype), gamma, beta, self.axis, self.sync, self.cpu)
-        # local statistics are this device's own: the step averages every layer's running statistics over the
-        # devices with rows at once (allreduce.device_mean); sync ones are already the same on every device
+        out, stats = normalize(x, mask.astype(x.dtype), gamma, beta, self.axes, self.cpu)
+        # local statistics are this device's own (the same on its parts): the step averages every layer's running
+        # statistics over the devices with rows at once (allreduce.device_mean); sync ones are the same everywhere
         mean, var, _ = (lax.stop_gradient(s) for s in stats)
         # running = (1 - m) * running + m * batch statistic, written as torch's lerp
         running_mean.value = running_mean.value + BN_MOMENTUM * (mean - running_mean.value)

@@ -92,7 +92,7 @@ class Scope(nn.Module):
 class _Pass:
     """What the nodes of one forward pass share: the settings, the rows' masks, the scopes made so far."""
 
-    sync: bool
+    axes: tuple[str, ...]                      # what BatchNorm sums its statistics over (batchnorm.py)
     compute: Compute
     mask: Optional[jax.Array]                  # real rows (training), None in inference
     drops: Optional[Mapping[str, jax.Array]]   # Dropout node -> multipliers, NCHW as the core drew them
@@ -118,7 +118,7 @@ def _dense(layer: md.Dense, x: jax.Array, run: _Pass, name: str) -> jax.Array:
 
 
 def _batchnorm(layer: md.BatchNorm, x: jax.Array, run: _Pass, name: str) -> jax.Array:
-    return BatchNorm(run.sync, cpu=run.compute.cpu, name=name)(x, run.mask)
+    return BatchNorm(run.axes, cpu=run.compute.cpu, name=name)(x, run.mask)
 
 
 def _layernorm(layer: md.LayerNorm, x: jax.Array, run: _Pass, name: str) -> jax.Array:
@@ -187,19 +187,19 @@ class Network(nn.Module):
     """
 
     graph: Graph
-    sync: bool = False
+    axes: tuple[str, ...] = ()  # BatchNorm's: the mesh axes its statistics are summed over
     compute: Compute = Compute()
 
     @nn.compact
     def __call__(self, x: jax.Array, mask: Optional[jax.Array] = None,
                  drops: Optional[Mapping[str, jax.Array]] = None) -> jax.Array:
-        run = _Pass(self.sync, self.compute, mask, drops)
+        run = _Pass(self.axes, self.compute, mask, drops)
         values = {"input": nhwc(x)}  # the one transpose in: NHWC from here on
         for node in self.graph.nodes:
             values[node.name] = _node(node, [values[i] for i in node.inputs], run)
         return self.compute.logits(values[self.graph.nodes[-1].name])
 
 
-def build(spec: ModelSpec, sync: bool, compute: Compute = Compute()) -> nn.Module:
-    """The network of ``spec.graph``; ``compute.cpu`` picks the CPU-friendly convolution for tiny outputs."""
-    return Network(spec.graph, sync, compute)
+def build(spec: ModelSpec, axes: tuple[str, ...] = (), compute: Compute = Compute()) -> nn.Module:
+    """The network of ``spec.graph``, BatchNorm summing over ``axes``; ``compute.cpu``: CPU-friendly tiny convolutions."""
+    return Network(spec.graph, axes, compute)

@@ -9,12 +9,16 @@ replicated arrays: each device holds its own copy, as is the gradient sum of
 an accumulated update (one gradient-sized tree, made at the first micro-batch).
 Dropout's multipliers, drawn by the core for each training batch, travel
 with the images: padded and sharded alike, one array per Dropout node.
+A device split into parts (:mod:`.parts`) holds its shard as that many
+pieces, one per JAX device, each padded alike; its rows come back whole.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import time
 from dataclasses import dataclass
 from typing import Any, Hashable, Optional, Sequence
 
@@ -26,13 +30,14 @@ from jax.sharding import PartitionSpec as P
 from multidev.engine import (HostSum, MultidevError, ReplicaStates, Setup, Shards, State, StepStats, check_state,
                              predictions)
 
-from . import optimizers
+from . import optimizers, parts
 from .compiled import Compiler
 from .distributed import host_sum, peers
-from .devices import AXIS, job_devices, mesh
+from .devices import BATCH, cpu_devices, job_devices, mesh, with_parts
 from .layout import from_flax, to_flax
 from .model import MISSING_MASKS
 from .steps import steps
+from .threads import best_seconds
 
 #: Shard length is rounded up to a multiple of this. Ragged last batches and evaluation batches then
 #: share compiled shapes, and small batches run the same per-device program shape on any device
@@ -43,15 +48,18 @@ ALIGN = 8
 
 @dataclass(frozen=True)
 class Batch:
-    """A minibatch on the mesh: device i holds rows ``[i * length, i * length + sizes[i])`` of ``x``, then padding."""
+    """A minibatch on the mesh: part i holds rows ``[i * length, i * length + sizes[i])`` of ``x``, then padding.
 
-    x: jax.Array          # (k * length, C, H, W) float32, canonical NCHW; k: every device of the job
+    A part is a JAX device: a device of the user's, or one piece of it where it is split (:mod:`.parts`).
+    """
+
+    x: jax.Array          # (k * length, C, H, W) float32, canonical NCHW; k: every part of the job
     #: Dropout node -> (k * length, *its input's shape) multipliers, NCHW, zeros for padding; {} for a model
     #: without Dropout, None where the core drew no masks (evaluation, prediction)
     drops: Optional[dict[str, jax.Array]]
     y: jax.Array          # (k * length,) int32; zeros for padding and unlabelled batches
-    device_sizes: jax.Array  # (k,) int32: each device reads its own true size
-    sizes: tuple[int, ...]   # this process's devices
+    device_sizes: jax.Array  # (k,) int32: each part reads its own true size
+    sizes: tuple[int, ...]   # this process's parts
     length: int
     labelled: bool
     total: int               # rows of this minibatch over the job
@@ -78,18 +86,16 @@ def scoped(method):
 class JaxReplicas(ReplicaStates):
     def __init__(self, setup: Setup, state: State) -> None:
         self.setup, self.spec, self.sync, self.dtype = setup, setup.spec, setup.sync, setup.np_dtype
-        self._places = tuple(job_devices(setup.devices, setup.group))  # every process's, rank-major
-        self._local = [d for d in self._places if d.process_index == jax.process_index()]
+        self._named = tuple(job_devices(setup.devices, setup.group))  # every process's, rank-major
+        #: the step's program besides shapes, devices and parts: what a choice of parts is kept for
+        self._program = (self.spec, self.sync, setup.optimizer, setup.precision, setup.tf32, self.dtype)
+        #: parts a device runs on if split (1: never); split or not is decided at the first batch (parts.py)
+        self._split = parts.split_parts(list(self._named), setup.group.size, len(cpu_devices()))
+        self._decided = self._split == 1 or parts.pinned() is not None
         #: the steps' sums are the job's (psum over the mesh): rank 0 reports them, the others report 0
         self._reports = setup.group.rank == 0
-        self.mesh = mesh(self._places)
-        #: what the compiled steps depend on besides shapes
-        self._recipe = (self.spec, self.sync, self.mesh, setup.optimizer, setup.precision, setup.tf32)
-        self._steps = steps(*self._recipe)
         self._compiler = Compiler()
-        self._replicated = NamedSharding(self.mesh, P())
-        self._sharded = NamedSharding(self.mesh, P(AXIS))
-        self._device_sizes: dict[tuple[int, ...], jax.Array] = {}
+        self._use(self._split if parts.pinned() == "split" else 1)
         self._dropouts = self.spec.dropouts()  # (node, rate, one sample's shape): where masks are needed
         self._sum: Any = None  # the gradient summed over an update's micro-batches so far (None: never accumulated)
         if setup.group.size > 1:  # the step's psum spans the job: XLA's collectives, gloo between CPU processes
@@ -98,6 +104,52 @@ class JaxReplicas(ReplicaStates):
         self._reading: Any = None  # the last update through the shared memory (_train_shared)
         self.load_state(state)
         self.load_optimizer_state(setup.optimizer.init_state(self.spec, self.dtype))
+
+    def _use(self, count: int) -> None:
+        """Run on ``count`` parts a device: the mesh, its steps and shardings, and the state moved onto them."""
+        self.parts = count
+        self._places = self._named if count == 1 else with_parts(self._named, count)
+        self._local = [d for d in self._places if d.process_index == jax.process_index()]
+        self.mesh = mesh(self._places, count)
+        #: what the compiled steps depend on besides shapes
+        self._recipe = (self.spec, self.sync, self.mesh, self.setup.optimizer, self.setup.precision, self.setup.tf32)
+        self._steps = steps(*self._recipe)
+        self._replicated = NamedSharding(self.mesh, P())
+        self._sharded = NamedSharding(self.mesh, P(BATCH))
+        self._device_sizes: dict[tuple[int, ...], jax.Array] = {}
+        if hasattr(self, "_params"):  # placed on another mesh before: moved, device to device
+            self._params, self._opt_state, self._stats, self._sum = jax.device_put(
+                (self._params, self._opt_state, self._stats, self._sum), self._replicated)
+
+    def _decide(self, shards: Shards) -> None:
+        """Whole or split, by a train step timed each way on these shards (parts.py); the time counts as compiling."""
+        self._decided, start, compiling = True, time.perf_counter(), self._compiler.seconds
+        probe = self._probe(shards)
+        rate, whole = self.dtype.type(0.0), self.dtype.type(probe.batch)
+
+        def timer(count: int):
+            def seconds() -> float:
+                self._use(count)
+                batch = self._place(probe)
+                args = (self._params, self._opt_state, self._stats, batch.x, batch.drops, batch.y, batch.device_sizes,
+                        rate, whole)
+                return best_seconds(self._compiled("train", batch, *args), args, repeats=3)
+            return seconds
+
+        length = -(-max(1, *shards.sizes) // ALIGN) * ALIGN
+        name = parts.key(len(self._named), self._split, length, self._program)
+        form = parts.choose(name, {"whole": timer(1), "split": timer(self._split)})
+        self._use(self._split if form == "split" else 1)
+        self._compiler.seconds = compiling + time.perf_counter() - start
+
+    def _probe(self, shards: Shards) -> Shards:
+        """``shards`` as a train step takes them: zero labels where there are none, Dropout keeping every value."""
+        y = shards.y if shards.y is not None else tuple(np.zeros(n, np.int32) for n in shards.sizes)
+        masks = shards.masks
+        if masks is None and self._dropouts:
+            masks = {node: tuple(np.ones((n, *shape), self.dtype) for n in shards.sizes)
+                     for node, _, shape in self._dropouts}
+        return dataclasses.replace(shards, y=y, masks=masks)
 
     @property
     def compile_seconds(self) -> float:
@@ -135,26 +187,39 @@ class JaxReplicas(ReplicaStates):
             out[i * length:i * length + n] = parts[i]
         return out
 
-    def _drops(self, shards: Shards, length: int) -> Optional[dict[str, np.ndarray]]:
+    def _drops(self, shards: Shards, sizes: tuple[int, ...], length: int) -> Optional[dict[str, np.ndarray]]:
         """Each Dropout node's multipliers, padded as the images are ({} without Dropout; None: none drawn)."""
         if not self._dropouts:
             return {}
         if shards.masks is None:
             return None
-        return {node: self._rows(shards.masks[node], shards.sizes, length, shape, self.dtype)
+        return {node: self._rows(self._cut(shards.masks[node]), sizes, length, shape, self.dtype)
                 for node, _, shape in self._dropouts}
+
+    def _cut(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Each device's rows in its parts, in order (the first parts a row longer where they do not divide)."""
+        if self.parts == 1:
+            return list(arrays)
+        return [piece for a in arrays for piece in np.array_split(a, self.parts)]
 
     @scoped
     def place(self, shards: Shards) -> Batch:
-        sizes, k = shards.sizes, len(self._local)
-        every = shards.group_sizes if shards.group_sizes is not None else sizes
-        if len(sizes) != k or len(every) != len(self._places):
-            raise MultidevError(f"{len(sizes)} shards for {k} devices: cut the batch with multidev.shard_sizes")
+        k = len(self._local) // self.parts
+        if len(shards.sizes) != k or len(shards.group_sizes or shards.sizes) != len(self._named):
+            raise MultidevError(f"{len(shards.sizes)} shards for {k} devices: cut the batch with multidev.shard_sizes")
+        if not self._decided:
+            self._decide(shards)
+        return self._place(shards)
+
+    def _place(self, shards: Shards) -> Batch:
+        x = self._cut(shards.x)
+        sizes = tuple(len(a) for a in x)
+        every = shards.group_sizes if shards.group_sizes is not None else sizes  # parts: a job is never split
         length = -(-max(1, *every) // ALIGN) * ALIGN  # one shard length over the job: one compiled program
-        images = self._rows(shards.x, sizes, length, self.spec.in_shape, self.dtype)
-        labels = np.zeros(k * length, np.int32) if shards.y is None else \
-            self._rows(shards.y, sizes, length, (), np.int32)
-        drops = self._drops(shards, length)
+        images = self._rows(x, sizes, length, self.spec.in_shape, self.dtype)
+        labels = np.zeros(len(sizes) * length, np.int32) if shards.y is None else \
+            self._rows(self._cut(shards.y), sizes, length, (), np.int32)
+        drops = self._drops(shards, sizes, length)
         if every not in self._device_sizes:  # an epoch has two or three distinct splits: place each once
             self._device_sizes[every] = self._global(np.asarray(sizes, np.int32), len(every))
         rows = len(every) * length
@@ -164,9 +229,12 @@ class JaxReplicas(ReplicaStates):
                      length, shards.y is not None, sum(every), shards.batch)
 
     def _held(self, array: jax.Array, batch: Batch) -> list[np.ndarray]:
-        """This process's devices' rows of a batch-sharded array, padding cut off."""
+        """This process's devices' rows of a batch-sharded array, padding cut off (a device's parts joined)."""
         held = {s.device: s.data for s in array.addressable_shards}
-        return [np.asarray(held[d])[:n] for d, n in zip(self._local, batch.sizes)]
+        pieces = [np.asarray(held[d])[:n] for d, n in zip(self._local, batch.sizes)]
+        if self.parts == 1:
+            return pieces
+        return [np.concatenate(pieces[i:i + self.parts]) for i in range(0, len(pieces), self.parts)]
 
     @scoped
     def shards(self, batch: Batch) -> list[np.ndarray]:
@@ -283,7 +351,7 @@ class JaxReplicas(ReplicaStates):
 
     @scoped
     def replica_state(self, device: int) -> State:
-        return from_flax(self.spec, self._on(self._variables(), self._local[device]))
+        return from_flax(self.spec, self._on(self._variables(), self._local[device * self.parts]))
 
     @scoped
     def load_state(self, state: State) -> None:

@@ -1,7 +1,8 @@
 """What one step computes on a device mesh: per-device code in ``shard_map``, then the AllReduce.
 
 Each device runs the model on its own padded shard (``shard_map`` over the
-mesh axis, parameters replicated). Each device differentiates its shard's
+mesh, parameters replicated), a device of several parts (:mod:`.parts`) its
+shard cut into one piece per part. Each device differentiates its shard's
 masked loss sum divided by B, the rows of the whole update (an input of the
 step: micro-batches of an accumulated update divide by all of its rows), so
 each shard weighs n_i / B, with respect to its own copy of the parameters;
@@ -31,11 +32,11 @@ from jax.sharding import PartitionSpec as P
 from multidev.engine import ModelSpec, Optimizer
 
 from .allreduce import all_sum, device_mean, split, vary
-from .devices import AXIS
+from .devices import AXIS, BATCH, PART
 from .model import PRECISION, TF32, Compute, build
 from .optimizers import transformation
 
-SHARDED, REPLICATED = P(AXIS), P()
+SHARDED, REPLICATED = P(BATCH), P()
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def _local_sums(logits: jax.Array, y: jax.Array, mask: jax.Array) -> tuple[jax.A
 def _sums(logits: jax.Array, y: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Cross-entropy sum and correct count over the real rows of every shard (psum over the mesh)."""
     loss_sum, correct = _local_sums(logits, y, mask)
-    return lax.psum(loss_sum, AXIS), lax.psum(correct, AXIS)
+    return lax.psum(loss_sum, BATCH), lax.psum(correct, BATCH)
 
 
 def _variables(params: Any, stats: Any) -> dict[str, Any]:
@@ -92,7 +93,9 @@ def compute(mesh: Mesh, precision: str, tf32: bool) -> Compute:
 def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimizer(), precision: str = "fp32",
           tf32: bool = False) -> Steps:
     """Build (once per recipe) the jitted train, accumulation, gradient and evaluation steps."""
-    model = build(spec, sync, compute(mesh, precision, tf32))
+    parts = mesh.shape[PART]
+    # BatchNorm's statistics: the whole batch's (sync), or each device's shard's, over its parts where it has several
+    model = build(spec, BATCH if sync else (PART,) if parts > 1 else (), compute(mesh, precision, tf32))
     opt = transformation(optimizer)
 
     def own_gradients(params, stats, x, drops, y, size, whole):
@@ -104,15 +107,17 @@ def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimi
             loss_sum, correct = _local_sums(logits, y, mask)
             return loss_sum / whole, (loss_sum, correct, updates.get("batch_stats", stats))
 
-        grads, (loss_sum, correct, new_stats) = jax.grad(shard_loss, has_aux=True)(vary(params, AXIS))
-        if not sync:  # each device's own running statistics: averaged over the devices with rows
-            new_stats = device_mean(new_stats, size[0] > 0, AXIS)
-        return grads, lax.psum(loss_sum, AXIS), lax.psum(correct, AXIS), new_stats
+        grads, (loss_sum, correct, new_stats) = jax.grad(shard_loss, has_aux=True)(vary(params, BATCH))
+        if not sync and parts > 1:  # each device's running statistics, the same on its parts: over the devices
+            new_stats = device_mean(new_stats, lax.psum(size[0], PART) > 0, AXIS)
+        elif not sync:  # each device's own running statistics: averaged over the devices with rows
+            new_stats = device_mean(new_stats, size[0] > 0, BATCH)
+        return grads, lax.psum(loss_sum, BATCH), lax.psum(correct, BATCH), new_stats
 
     def shard_gradients(*args):
         """This device's gradient summed over the mesh (allreduce.py: in buckets where the mesh spans processes)."""
         grads, *rest = own_gradients(*args)
-        return all_sum(grads, AXIS, bucketed=len({d.process_index for d in mesh.devices.flat}) > 1), *rest
+        return all_sum(grads, BATCH, bucketed=len({d.process_index for d in mesh.devices.flat}) > 1), *rest
 
     def leaf_gradients(*args):
         grads, *rest = own_gradients(*args)
@@ -150,7 +155,7 @@ def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimi
         mask = jnp.arange(x.shape[0]) < size[0]
         logits = model.apply(_variables(params, stats), x, None)
         loss_sum, correct = _sums(logits, y, mask)
-        return logits, loss_sum, correct, lax.psum(size[0], AXIS)
+        return logits, loss_sum, correct, lax.psum(size[0], BATCH)
 
     evaluate = jax.shard_map(shard_evaluate, mesh=mesh, in_specs=(REPLICATED, REPLICATED, SHARDED, SHARDED, SHARDED),
                              out_specs=(SHARDED, REPLICATED, REPLICATED, REPLICATED))

@@ -75,7 +75,7 @@ def _fresh(args: tuple[Any, ...]) -> tuple[Any, ...]:
     return jax.tree.map(copy, args)
 
 
-def _seconds(compiled: jax.stages.Compiled, args: tuple[Any, ...], repeats: int, budget: float = 5.0) -> float:
+def best_seconds(compiled: jax.stages.Compiled, args: tuple[Any, ...], repeats: int, budget: float = 5.0) -> float:
     """The best of ``repeats`` runs after an untimed one (it allocates); fewer where the step is long."""
     times: list[float] = []
     while len(times) < repeats + 1 and not (len(times) >= 2 and sum(times) > budget):
@@ -104,7 +104,7 @@ def compile(lowered: jax.stages.Lowered, name: str, args: tuple[Any, ...],
     if chosen is not None:
         return lowered.compile(options(chosen))
     compiled = {form: lowered.compile(options(form)) for form in FORMS}
-    seconds = {form: _seconds(compiled[form], args, repeats) for form in FORMS}
+    seconds = {form: best_seconds(compiled[form], args, repeats) for form in FORMS}
     chosen = min(seconds, key=seconds.__getitem__)
     _kept.put(key, chosen)
     _measured.append(key)

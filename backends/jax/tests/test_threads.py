@@ -73,7 +73,7 @@ def test_a_step_on_two_devices_is_measured_once_kept_and_trains_as_the_chosen_fo
     other = next(f for f in measuring.FORMS if f != chosen)
     (tmp_path / "threads.json").write_text(json.dumps({train[0]: other}))
     measuring._kept.forget()
-    monkeypatch.setattr(measuring, "_seconds", None)  # measuring again would fail
+    monkeypatch.setattr(measuring, "best_seconds", None)  # measuring again would fail
     forms = []
     real = measuring.options
     monkeypatch.setattr(measuring, "options", lambda form: forms.append(form) or real(form))
@@ -82,7 +82,7 @@ def test_a_step_on_two_devices_is_measured_once_kept_and_trains_as_the_chosen_fo
 
 
 def test_one_device_measures_nothing(measuring, monkeypatch, tmp_path):
-    monkeypatch.setattr(measuring, "_seconds", None)
+    monkeypatch.setattr(measuring, "best_seconds", None)
     state = _train(1, steps=1)
     assert all(np.isfinite(v).all() for v in state.values())
     assert measuring._measured == [] and not (tmp_path / "threads.json").exists()
@@ -99,9 +99,9 @@ def test_a_long_step_is_timed_fewer_times():
         calls.append(1)
         time.sleep(0.03)
 
-    assert threads._seconds(step, (), repeats=3, budget=10.0) >= 0.03 and len(calls) == 4  # one untimed, 3 timed
+    assert threads.best_seconds(step, (), repeats=3, budget=10.0) >= 0.03 and len(calls) == 4  # one untimed, 3 timed
     calls.clear()
-    threads._seconds(step, (), repeats=3, budget=0.05)
+    threads.best_seconds(step, (), repeats=3, budget=0.05)
     assert len(calls) == 2  # the untimed run and one timed: together over the budget
 
 
@@ -155,7 +155,7 @@ def test_the_processes_of_a_job_take_rank_0s_choice_and_measure_nothing(measurin
     import jax
 
     monkeypatch.setattr(jax, "process_index", lambda: rank)
-    monkeypatch.setattr(measuring, "_seconds", None)  # measuring would fail
+    monkeypatch.setattr(measuring, "best_seconds", None)  # measuring would fail
     lowered, args = _lowered_on(2)
     forms = []
     real = measuring.options
@@ -171,7 +171,7 @@ def test_the_processes_of_a_job_take_rank_0s_choice_and_measure_nothing(measurin
 
 
 def test_one_device_measures_nothing_and_reads_nothing(measuring, monkeypatch):
-    monkeypatch.setattr(measuring, "_seconds", None)
+    monkeypatch.setattr(measuring, "best_seconds", None)
     monkeypatch.setattr(measuring._kept, "get", None)  # reading the file would fail
     lowered, args = _lowered_on(1)
     assert np.asarray(measuring.compile(lowered, "f", args)(*args)).tolist() == list(np.arange(8.0) * 2)

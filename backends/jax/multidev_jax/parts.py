@@ -1,0 +1,95 @@
+"""A CPU device's parts: its shard whole on one JAX device, or cut into one part per core, chosen by measurement.
+
+XLA:CPU runs each operation on every core, and the small operations of a
+ResNet step on a few dozen images keep several cores busy poorly: on an
+Intel Xeon with 2 cores, 2 devices trained 1.19-1.24 times as fast as one.
+A device can run that way too: its shard cut into one part per core, each
+part on a JAX virtual device of its own, BatchNorm summing its statistics
+over the device's parts (so they are still its shard's) and the gradients
+summed over every part. That is the same computation, rounded otherwise (as
+k devices with sync BatchNorm are one device). Whether it is faster depends
+on the CPU, so the first time a run places a batch, the engine times a train
+step each way (on copies of the state: the run itself is untouched) and keeps
+the faster in ``parts.json`` beside the compilation cache (per CPU kind,
+keyed by devices, parts, shard length and the recipe); ``multidev backends``
+counts the choices.
+
+A device is split only in a run of one process on CPU devices where the
+cores this process may use are at least twice the devices, into no more
+parts than JAX has virtual devices (``MULTIDEV_JAX_CPU_DEVICES``). A job's
+processes never split (a worker usually has a core of its own), nor does a
+run limited to one thread (``OMP_NUM_THREADS=1``).
+``MULTIDEV_JAX_PARTS=whole`` or ``split`` pins a form (the test suite pins
+``whole``, so that its results do not depend on a timing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Callable, Optional
+
+import jax
+
+from .choices import Kept
+
+ENV = "MULTIDEV_JAX_PARTS"
+FORMS = ("whole", "split")
+_kept = Kept("parts.json", FORMS)
+_measured: list[str] = []  # keys measured by this process (tests)
+
+
+def pinned() -> Optional[str]:
+    """The form the environment fixes, or None: measure (or take what was measured)."""
+    if os.environ.get("OMP_NUM_THREADS", "").strip() == "1":
+        return "whole"
+    value = os.environ.get(ENV, "").strip().lower()
+    return value if value in FORMS else None
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity: a launcher may have given it fewer than the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def split_parts(devices: list[jax.Device], processes: int, available: int) -> int:
+    """The parts each device runs on when split: one per core, or 1 where a split is not possible."""
+    if processes > 1 or pinned() == "whole" or any(d.platform != "cpu" for d in devices):
+        return 1
+    parts = min(cores(), available) // len(devices)  # no more parts than JAX has virtual devices
+    return parts if parts >= 2 else 1
+
+
+def key(devices: int, parts: int, length: int, recipe: tuple[Any, ...]) -> str:
+    """What a choice holds for: the devices, their parts, the shard length, and the step's recipe and flags."""
+    text = f"{recipe!r}\n{os.environ.get('XLA_FLAGS', '')}\n{jax.__version__}"
+    return f"{devices}:{parts}:{length}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def choose(name: str, timers: dict[str, Callable[[], float]]) -> str:
+    """The pinned form, else the kept one for ``name``, else the faster of ``timers`` (kept for later runs)."""
+    form = pinned()
+    if form is not None:
+        return form
+    chosen = _kept.get(name)
+    if chosen is None:
+        seconds = {form: timers[form]() for form in FORMS}
+        chosen = min(seconds, key=seconds.__getitem__)
+        _kept.put(name, chosen)
+        _measured.append(name)
+    return chosen
+
+
+def note() -> str:
+    """What ``multidev backends`` says of the devices' parts."""
+    form = pinned()
+    if form == "whole" and os.environ.get("OMP_NUM_THREADS", "").strip() == "1":
+        return "whole: one JAX device each (OMP_NUM_THREADS=1)"
+    if form is not None:
+        return f"{form} ({ENV}={form})"
+    counts = _kept.counts()
+    if not any(counts.values()):
+        return (f"measured on this CPU at a run's first batch where the cores are at least twice the devices "
+                f"(whole, or one part per core), kept in {_kept.where()}")
+    return (f"measured on this CPU: whole for {counts['whole']}, split for {counts['split']} (one part per core; "
+            f"{_kept.where()}; {ENV}=whole|split pins one)")

@@ -1,0 +1,129 @@
+"""A device split into one part per core: the same numbers as the device whole, and the measured choice."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+import multidev  # noqa: E402
+from multidev.engine import ModelSpec  # noqa: E402
+from multidev.testing import assert_states_close, assert_states_equal, batch  # noqa: E402
+from multidev.testing.layers import masked, readme_definition  # noqa: E402
+
+#: BatchNorm (in a residual block), max pooling and Dropout: every way a split could go wrong
+SPEC = ModelSpec("readme", (1, 8, 8), 4, readme_definition().graph())
+
+
+@pytest.fixture
+def cores(monkeypatch):
+    """This process as if it had ``n`` cores (the split gives each device one part per core)."""
+    from multidev_jax import parts
+
+    multidev.load_backend("jax").max_cpu_devices()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+    def have(n: int) -> None:
+        monkeypatch.setattr(parts, "cores", lambda: n)
+    return have
+
+
+def _replicas(devices: int, batchnorm: str = "local", dtype: str = "float64"):
+    engine = multidev.load_backend("jax")
+    setup = multidev.Setup(SPEC, multidev.resolve_devices(devices=devices, max_cpu=8), batchnorm, dtype)
+    return multidev.replicate(engine, setup, SPEC.init(3))
+
+
+def _train(devices: int, batchnorm: str, rows: int = 11, steps: int = 2, dtype: str = "float64"):
+    """A few steps of uneven shards (parts of 3, 3, 3 and 2 rows, or one empty), then the logits of the batch."""
+    reps = _replicas(devices, batchnorm, dtype)
+    sizes = multidev.shard_sizes(rows, devices)
+    for step in range(steps):
+        x, y = batch(SPEC, rows, seed=step)
+        shards, _ = masked(SPEC, x, y, sizes, dtype, step=step + 1)
+        reps.train_step(reps.place(shards), 0.1)
+    x, y = batch(SPEC, rows, seed=9)
+    placed = reps.place(multidev.cut(x, None, sizes))
+    return reps, {"logits": reps.predict(placed), **reps.state(), **reps.optimizer_state()}, placed, x, sizes
+
+
+@pytest.mark.parametrize("devices, have, batchnorm", [(1, 4, "local"), (2, 4, "local"), (2, 4, "sync"),
+                                                      (1, 2, "sync")])
+def test_a_split_device_trains_as_the_device_whole(monkeypatch, cores, devices, have, batchnorm):
+    """contract: BatchNorm's statistics are still each device's shard's (local) or the batch's (sync)."""
+    cores(have)
+    monkeypatch.setenv("MULTIDEV_JAX_PARTS", "whole")
+    _, whole, *_ = _train(devices, batchnorm)
+    monkeypatch.setenv("MULTIDEV_JAX_PARTS", "split")
+    reps, split, placed, x, sizes = _train(devices, batchnorm)
+    assert reps.parts == have // devices and len(reps.mesh.devices.flat) == have
+    assert_states_close(split, whole, rtol=1e-10, promise="a device split into parts computes what it computes whole")
+    # each device still holds, and hands back, exactly the rows the core cut for it
+    held = reps.shards(placed)
+    assert [len(h) for h in held] == list(sizes)
+    np.testing.assert_array_equal(np.concatenate(held), x.astype(np.float64))
+    for device in range(devices):
+        assert_states_equal([reps.replica_state(device), reps.replica_state(0)], promise="every device's copy")
+
+
+def test_a_run_measures_once_keeps_the_choice_and_trains_as_the_chosen_form_alone(monkeypatch, cores, tmp_path):
+    from multidev_jax import choices, compiled, parts
+
+    cores(2)
+    monkeypatch.delenv(parts.ENV, raising=False)
+    monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
+    monkeypatch.setattr(parts, "_kept", choices.Kept("parts.json", parts.FORMS))
+    monkeypatch.setattr(parts, "_measured", [])
+    monkeypatch.setattr(compiled, "_CACHE", {})
+    reps, measured, *_ = _train(1, "local", dtype="float32")
+    saved = json.loads((tmp_path / "parts.json").read_text())
+    assert list(saved) == parts._measured and len(saved) == 1, saved
+    chosen = saved[parts._measured[0]]
+    assert reps.parts == (2 if chosen == "split" else 1)
+    assert reps.compile_seconds > 0 and f"{chosen} for 1" in parts.note()
+    # the timed steps ran on copies: the run equals one that only ever ran the chosen form
+    monkeypatch.setenv(parts.ENV, chosen)
+    assert_states_equal([measured, _train(1, "local", dtype="float32")[1]],
+                        promise="measuring the parts leaves the run as it was")
+    # a later run reads the file instead of measuring: the other form, saved, is what it takes
+    monkeypatch.delenv(parts.ENV)
+    other = "whole" if chosen == "split" else "split"
+    (tmp_path / "parts.json").write_text(json.dumps({parts._measured[0]: other}))
+    parts._kept.forget()
+    again = _train(1, "local", dtype="float32")[0]
+    assert again.parts == (2 if other == "split" else 1) and len(parts._measured) == 1, "measured again"
+
+
+@pytest.mark.parametrize("have, devices, omp, env, want", [
+    (4, 1, "", "", 4),        # one part per core
+    (4, 2, "", "", 2),
+    (2, 2, "", "", 1),        # a core a device already
+    (3, 2, "", "", 1),
+    (4, 1, "1", "", 1),       # one thread: nothing to split over
+    (4, 1, "", "whole", 1),
+    (16, 1, "", "", 8),       # no more parts than JAX has virtual devices: 8, the engine's default
+])
+def test_which_runs_can_split(monkeypatch, cores, have, devices, omp, env, want):
+    import jax
+    from multidev_jax import parts
+
+    cores(have)
+    monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    monkeypatch.setenv(parts.ENV, env)
+    named = jax.devices("cpu")[:devices]
+    available = len(jax.devices("cpu"))
+    assert parts.split_parts(named, 1, available) == want
+    assert parts.split_parts(named, 2, available) == 1, "a job's processes never split"
+
+
+def test_a_split_run_trains_as_the_whole_one(monkeypatch, cores):
+    """``multidev.train`` as a user runs it, the split pinned: the same epoch, within float32's rounding."""
+    cores(2)
+    results = {}
+    for form in ("whole", "split"):
+        monkeypatch.setenv("MULTIDEV_JAX_PARTS", form)
+        results[form] = multidev.train("jax", model="convnet", devices=1, epochs=1, batch_size=64, progress=False)
+    whole, split = (results[form].epochs[-1] for form in ("whole", "split"))
+    assert abs(split.loss - whole.loss) <= 1e-3 * whole.loss, (split.loss, whole.loss)
+    assert abs(split.test_acc - whole.test_acc) <= 3 / results["whole"].test_total
