@@ -201,5 +201,5 @@ class Network(nn.Module):
 
 
 def build(spec: ModelSpec, axes: tuple[str, ...] = (), compute: Compute = Compute()) -> nn.Module:
-    """The network of ``spec.graph``, BatchNorm summing over ``axes``; ``compute.cpu``: CPU-friendly tiny convolutions."""
+    """The network of ``spec.graph``, BatchNorm summing over ``axes``; ``compute.cpu``: tiny convolutions for CPUs."""
     return Network(spec.graph, axes, compute)
