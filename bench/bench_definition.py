@@ -139,9 +139,9 @@ def jax_replicas(engine, setup, state) -> dict[str, Any]:
     class Hand:
         """The hand-built Flax network as the steps call it (they pass Dropout's multipliers too)."""
 
-        def __init__(self, spec, axes, compute) -> None:
-            # the old network hands its ``sync`` on to BatchNorm, whose first field is now the axes it sums over
-            self.net = old.build(spec, axes, old.Compute(compute.cpu, compute.dtype, compute.precision))
+        def __init__(self, spec, rows, compute) -> None:
+            # the old network hands its ``sync`` on to BatchNorm, whose first field is now the rows it covers
+            self.net = old.build(spec, rows, old.Compute(compute.cpu, compute.dtype, compute.precision))
 
         def apply(self, variables, x, mask=None, drops=None, **kwargs):
             return self.net.apply(variables, x, mask, **kwargs)
@@ -213,6 +213,9 @@ def worker(engine_name: str, args: argparse.Namespace) -> dict:
 
     apply_threads()  # as `multidev train` does, before the framework loads
     os.environ.setdefault("MULTIDEV_COMPILE_CACHE", "off")  # JAX: both sides compile their own programs
+    # JAX: both sides on the device whole. A split is decided at the first batch and rebuilds the steps from the
+    # recipe, which would give the old side the new network's steps (its network is swapped in only while made)
+    os.environ.setdefault("MULTIDEV_JAX_PARTS", "whole")
     engine = multidev.load_backend(engine_name)
     spec = multidev.ModelSpec("resnet18", (1, args.size, args.size), 10)
     devices = multidev.resolve_devices(devices=1, max_cpu=engine.max_cpu_devices())

@@ -16,6 +16,7 @@ holds them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -27,7 +28,7 @@ from jax import lax
 BUCKET = 1 << 20
 
 
-def vary(tree: Any, axis: str | tuple[str, ...]) -> Any:
+def vary(tree: Any, axis: str) -> Any:
     """``tree`` as a per-device value of the mesh, so that its gradient is each device's own (no psum)."""
     if hasattr(lax, "pvary"):
         return jax.tree.map(lambda a: lax.pvary(a, axis), tree)
@@ -56,7 +57,7 @@ def split(total: jax.Array, leaves: list[Any]) -> list[jax.Array]:
     return out
 
 
-def all_sum(tree: Any, axis: str | tuple[str, ...], bucketed: bool, limit: int = BUCKET) -> Any:
+def all_sum(tree: Any, axis: str, bucketed: bool, limit: int = BUCKET) -> Any:
     """Every leaf of ``tree`` summed over mesh axis ``axis``: a bucket of leaves per psum, or a psum per leaf."""
     if not bucketed:
         return jax.tree.map(lambda a: lax.psum(a, axis), tree)
@@ -69,7 +70,7 @@ def all_sum(tree: Any, axis: str | tuple[str, ...], bucketed: bool, limit: int =
     return jax.tree.unflatten(treedef, out)
 
 
-def device_mean(tree: Any, active: jax.Array, axis: str | tuple[str, ...]) -> Any:
+def device_mean(tree: Any, active: jax.Array, axis: str) -> Any:
     """Mean of every leaf over the devices where ``active`` (one psum: the leaves and the device count)."""
     leaves, treedef = jax.tree.flatten(tree)
     if not leaves:
@@ -78,3 +79,35 @@ def device_mean(tree: Any, active: jax.Array, axis: str | tuple[str, ...]) -> An
     total = lax.psum(jnp.concatenate([a.ravel() * weight for a in leaves] + [weight[None]]), axis)
     count = jnp.maximum(total[-1], 1.0)
     return jax.tree.unflatten(treedef, [summed / count for summed in split(total, leaves)])
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The rows a per-device statistic covers: its shard's (over its parts, where it has several), or the batch's.
+
+    A device split into parts (parts.py) is ``parts`` consecutive places of
+    the mesh axis. Their shard's sums are gathered and added, not summed
+    with a second mesh axis: a program over a two-axis mesh came out of
+    JAX 0.7.1 differently under another ``PYTHONHASHSEED``, so a job's
+    processes compiled different programs and waited for each other for ever.
+    """
+
+    sync: bool = False
+    parts: int = 1
+    axis: str = "data"
+
+    def sum(self, tree: Any) -> Any:
+        """Every leaf of ``tree`` summed over these rows: the same on every part that holds them."""
+        if self.sync:
+            return lax.psum(tree, self.axis)
+        return tree if self.parts == 1 else device_sum(tree, self.axis, self.parts)
+
+
+def device_sum(tree: Any, axis: str, parts: int) -> Any:
+    """Each leaf summed over this place's device's ``parts`` places (consecutive along ``axis``), in their order."""
+    mine = lax.axis_index(axis) // parts
+
+    def own(a: jax.Array) -> jax.Array:
+        every = lax.all_gather(a, axis)  # (places, *a.shape): small, a channel's sums
+        return lax.dynamic_index_in_dim(every.reshape(-1, parts, *a.shape).sum(axis=1), mine, keepdims=False)
+    return jax.tree.map(own, tree)

@@ -1,13 +1,11 @@
 """BatchNorm with the project's conventions, for code that runs per device in ``shard_map``.
 
 Every device holds a shard padded to a common length; ``mask`` marks its
-real rows, so padding never enters a statistic. The statistics are summed
-with ``lax.psum`` over ``axes``, the mesh axes that hold one batch as
-BatchNorm sees it: none for ``local`` on a device that is one part (the
-shard's own statistics), the device's parts where it runs on several
-(:mod:`.parts`: still its shard's statistics), every axis for ``sync`` (the
-whole batch's statistics, and the whole batch's gradient; contract:
-BatchNorm).
+real rows, so padding never enters a statistic. The statistics cover
+``rows`` (``allreduce.Rows``): for ``local`` the device's shard (its own
+sums, or its parts' added where it runs split: :mod:`.parts`), for ``sync``
+the whole batch (``lax.psum`` over the mesh; the whole batch's gradient
+too; contract: BatchNorm).
 Running statistics are averaged over the devices whose shard is not empty
 (by the step, every layer's in one psum: ``allreduce.device_mean``), so they
 come out identical on every device (the same rule as the torch engine).
@@ -27,7 +25,7 @@ reductions faster: sums.py measures which.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Optional
+from typing import Optional
 
 import flax.linen as nn
 import jax
@@ -36,27 +34,23 @@ from jax import lax
 
 from multidev.engine import BN_EPS, BN_MOMENTUM
 
+from .allreduce import Rows
 from .sums import channel_sum
-
-
-def _whole(value: Any, axes: tuple[str, ...]) -> Any:
-    """This part's sum over ``axes``: its shard's, or with ``sync`` the whole batch's (the same on every part)."""
-    return lax.psum(value, axes) if axes else value
 
 
 def _rows(weight: jax.Array, x: jax.Array) -> jax.Array:
     return weight.reshape((-1,) + (1,) * (x.ndim - 1))
 
 
-def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, axes: tuple[str, ...], cpu: bool):
+def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, rows: Rows, cpu: bool):
     per_row = x.size // (x.shape[0] * x.shape[-1]) if x.shape[0] else 1
     # the row count travels with the channel sums: one psum, not two
-    sums = _whole(jnp.append(channel_sum(x, weight, cpu), jnp.sum(weight) * per_row), axes)
+    sums = rows.sum(jnp.append(channel_sum(x, weight, cpu), jnp.sum(weight) * per_row))
     count = sums[-1]
     n = jnp.maximum(count, 1.0)
     mean = sums[:-1] / n
     centred = x - mean
-    var = _whole(channel_sum(centred * centred, weight, cpu), axes) / n  # two passes
+    var = rows.sum(channel_sum(centred * centred, weight, cpu)) / n  # two passes
     # an empty shard's variance is 0: normalise its padding with 1 instead, so that rsqrt(eps) cannot blow it up
     # layer after layer. Padding rows stay finite and are never read (the statistics and the loss skip them)
     rstd = lax.rsqrt(jnp.where(count > 0, var, 1.0) + BN_EPS)
@@ -65,33 +59,33 @@ def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array,
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def normalize(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, axes: tuple[str, ...], cpu: bool):
-    """(gamma * x_hat + beta, (mean, biased variance, count)) over the rows with weight 1, summed over ``axes``.
+def normalize(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, rows: Rows, cpu: bool):
+    """(gamma * x_hat + beta, (mean, biased variance, count)) over the rows with weight 1 of ``rows``.
 
     The statistics are for the running averages only: their gradient is not
     defined (use them under ``lax.stop_gradient``).
     """
-    out, stats, _ = _forward(x, weight, gamma, beta, axes, cpu)
+    out, stats, _ = _forward(x, weight, gamma, beta, rows, cpu)
     return out, stats
 
 
-def _normalize_fwd(x, weight, gamma, beta, axes, cpu):
-    out, stats, (xhat, rstd, n) = _forward(x, weight, gamma, beta, axes, cpu)
+def _normalize_fwd(x, weight, gamma, beta, rows, cpu):
+    out, stats, (xhat, rstd, n) = _forward(x, weight, gamma, beta, rows, cpu)
     return (out, stats), (xhat, rstd, n, weight, gamma)
 
 
-def _normalize_bwd(axes, cpu, residuals, cotangents):
-    """dx = gamma * rstd / n * (n * g - sum g - x_hat * sum g x_hat), sums over the real rows of ``axes``.
+def _normalize_bwd(rows, cpu, residuals, cotangents):
+    """dx = gamma * rstd / n * (n * g - sum g - x_hat * sum g x_hat), sums over the real rows of ``rows``.
 
     gamma's and beta's cotangents are this part's own: the step differentiates
     each part's copy of the parameters and sums the gradients over the mesh
-    itself (allreduce.py). dx needs the sums over ``axes``, as the statistics.
+    itself (allreduce.py). dx needs the sums over ``rows``, as the statistics.
     Padding rows get a zero gradient: they enter no statistic.
     """
     xhat, rstd, n, weight, gamma = residuals
     g = cotangents[0]
     dbeta, dgamma = channel_sum(g, weight, cpu), channel_sum(g * xhat, weight, cpu)
-    whole_dbeta, whole_dgamma = _whole((dbeta, dgamma), axes)
+    whole_dbeta, whole_dgamma = rows.sum((dbeta, dgamma))
     dx = (n * g - whole_dbeta - xhat * whole_dgamma) * (gamma * rstd / n)
     return dx * _rows(weight, g), jnp.zeros_like(weight), dgamma, dbeta
 
@@ -103,10 +97,10 @@ class BatchNorm(nn.Module):
     """Per-channel BatchNorm for NHWC or NC input, canonical parameter names.
 
     Call with ``mask`` (bool per row) in training, ``None`` in inference. In
-    training it must run inside ``shard_map`` over a mesh with ``axes``.
+    training it must run inside ``shard_map`` over mesh axis ``rows.axis``.
     """
 
-    axes: tuple[str, ...] = ()  # what the statistics are summed over (module docstring)
+    rows: Rows = Rows()  # what the statistics cover (module docstring)
     cpu: bool = True  # the sums' form is measured on CPUs only (sums.py)
 
     @nn.compact
@@ -122,7 +116,7 @@ class BatchNorm(nn.Module):
         if mask is None:
             out = (x - running_mean.value) * (gamma * lax.rsqrt(running_var.value + BN_EPS)) + beta
             return out.astype(compute)
-        out, stats = normalize(x, mask.astype(x.dtype), gamma, beta, self.axes, self.cpu)
+        out, stats = normalize(x, mask.astype(x.dtype), gamma, beta, self.rows, self.cpu)
         # local statistics are this device's own (the same on its parts): the step averages every layer's running
         # statistics over the devices with rows at once (allreduce.device_mean); sync ones are the same everywhere
         mean, var, _ = (lax.stop_gradient(s) for s in stats)

@@ -26,9 +26,7 @@ from . import compile_cache
 
 ENV = "MULTIDEV_JAX_CPU_DEVICES"
 DEFAULT_CPU_DEVICES = 8
-AXIS = "data"  # the mesh axis of the devices the user named: the batch is split along it
-PART = "part"  # the axis of each device's parts (parts.py): its shard is split along it, one part per core
-BATCH = (AXIS, PART)  # every shard of the batch: what sums over the whole batch, and the batch's sharding, span
+AXIS = "data"  # the mesh axis the batch is split along (a device split into parts: its parts in a row)
 _XLA_FLAG = "xla_force_host_platform_device_count"
 
 
@@ -121,9 +119,6 @@ def with_parts(named: Sequence[jax.Device], parts: int) -> tuple[jax.Device, ...
 
 
 @lru_cache(maxsize=None)
-def mesh(devices: tuple[jax.Device, ...], parts: int = 1) -> Mesh:
-    """Devices x parts: the batch is split along both axes (:data:`BATCH`), parameters are replicated.
-
-    ``devices`` are device-major: each named device's ``parts`` JAX devices in a row.
-    """
-    return Mesh(np.array(devices, dtype=object).reshape(-1, parts), BATCH)
+def mesh(devices: tuple[jax.Device, ...]) -> Mesh:
+    """A one-axis mesh: the batch is split along :data:`AXIS`, parameters are replicated."""
+    return Mesh(np.array(devices, dtype=object), (AXIS,))

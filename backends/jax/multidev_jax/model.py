@@ -26,6 +26,7 @@ from multidev.engine import LN_EPS, ModelSpec, MultidevError
 from multidev.nn import layers as md
 from multidev.nn.graph import Graph, NodeSpec
 
+from .allreduce import Rows
 from .batchnorm import BatchNorm
 from .conv import conv_general_dilated
 
@@ -92,7 +93,7 @@ class Scope(nn.Module):
 class _Pass:
     """What the nodes of one forward pass share: the settings, the rows' masks, the scopes made so far."""
 
-    axes: tuple[str, ...]                      # what BatchNorm sums its statistics over (batchnorm.py)
+    rows: Rows                                 # what BatchNorm's statistics cover (batchnorm.py)
     compute: Compute
     mask: Optional[jax.Array]                  # real rows (training), None in inference
     drops: Optional[Mapping[str, jax.Array]]   # Dropout node -> multipliers, NCHW as the core drew them
@@ -118,7 +119,7 @@ def _dense(layer: md.Dense, x: jax.Array, run: _Pass, name: str) -> jax.Array:
 
 
 def _batchnorm(layer: md.BatchNorm, x: jax.Array, run: _Pass, name: str) -> jax.Array:
-    return BatchNorm(run.axes, cpu=run.compute.cpu, name=name)(x, run.mask)
+    return BatchNorm(run.rows, cpu=run.compute.cpu, name=name)(x, run.mask)
 
 
 def _layernorm(layer: md.LayerNorm, x: jax.Array, run: _Pass, name: str) -> jax.Array:
@@ -187,19 +188,19 @@ class Network(nn.Module):
     """
 
     graph: Graph
-    axes: tuple[str, ...] = ()  # BatchNorm's: the mesh axes its statistics are summed over
+    rows: Rows = Rows()  # what BatchNorm's statistics cover: a device's shard (local) or the batch (sync)
     compute: Compute = Compute()
 
     @nn.compact
     def __call__(self, x: jax.Array, mask: Optional[jax.Array] = None,
                  drops: Optional[Mapping[str, jax.Array]] = None) -> jax.Array:
-        run = _Pass(self.axes, self.compute, mask, drops)
+        run = _Pass(self.rows, self.compute, mask, drops)
         values = {"input": nhwc(x)}  # the one transpose in: NHWC from here on
         for node in self.graph.nodes:
             values[node.name] = _node(node, [values[i] for i in node.inputs], run)
         return self.compute.logits(values[self.graph.nodes[-1].name])
 
 
-def build(spec: ModelSpec, axes: tuple[str, ...] = (), compute: Compute = Compute()) -> nn.Module:
-    """The network of ``spec.graph``, BatchNorm summing over ``axes``; ``compute.cpu``: tiny convolutions for CPUs."""
-    return Network(spec.graph, axes, compute)
+def build(spec: ModelSpec, rows: Rows = Rows(), compute: Compute = Compute()) -> nn.Module:
+    """The network of ``spec.graph``, BatchNorm over ``rows``; ``compute.cpu``: tiny convolutions for CPUs."""
+    return Network(spec.graph, rows, compute)

@@ -33,7 +33,7 @@ from multidev.engine import (HostSum, MultidevError, ReplicaStates, Setup, Shard
 from . import optimizers, parts
 from .compiled import Compiler
 from .distributed import host_sum, peers
-from .devices import BATCH, cpu_devices, job_devices, mesh, with_parts
+from .devices import AXIS, cpu_devices, job_devices, mesh, with_parts
 from .layout import from_flax, to_flax
 from .model import MISSING_MASKS
 from .steps import steps
@@ -110,12 +110,13 @@ class JaxReplicas(ReplicaStates):
         self.parts = count
         self._places = self._named if count == 1 else with_parts(self._named, count)
         self._local = [d for d in self._places if d.process_index == jax.process_index()]
-        self.mesh = mesh(self._places, count)
+        self.mesh = mesh(self._places)
         #: what the compiled steps depend on besides shapes
-        self._recipe = (self.spec, self.sync, self.mesh, self.setup.optimizer, self.setup.precision, self.setup.tf32)
+        self._recipe = (self.spec, self.sync, self.mesh, self.setup.optimizer, self.setup.precision, self.setup.tf32,
+                        count)
         self._steps = steps(*self._recipe)
         self._replicated = NamedSharding(self.mesh, P())
-        self._sharded = NamedSharding(self.mesh, P(BATCH))
+        self._sharded = NamedSharding(self.mesh, P(AXIS))
         self._device_sizes: dict[tuple[int, ...], jax.Array] = {}
         if hasattr(self, "_params"):  # placed on another mesh before: moved, device to device
             self._params, self._opt_state, self._stats, self._sum = jax.device_put(

@@ -31,12 +31,12 @@ from jax.sharding import PartitionSpec as P
 
 from multidev.engine import ModelSpec, Optimizer
 
-from .allreduce import all_sum, device_mean, split, vary
-from .devices import AXIS, BATCH, PART
+from .allreduce import Rows, all_sum, device_mean, device_sum, split, vary
+from .devices import AXIS
 from .model import PRECISION, TF32, Compute, build
 from .optimizers import transformation
 
-SHARDED, REPLICATED = P(BATCH), P()
+SHARDED, REPLICATED = P(AXIS), P()
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def _local_sums(logits: jax.Array, y: jax.Array, mask: jax.Array) -> tuple[jax.A
 def _sums(logits: jax.Array, y: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Cross-entropy sum and correct count over the real rows of every shard (psum over the mesh)."""
     loss_sum, correct = _local_sums(logits, y, mask)
-    return lax.psum(loss_sum, BATCH), lax.psum(correct, BATCH)
+    return lax.psum(loss_sum, AXIS), lax.psum(correct, AXIS)
 
 
 def _variables(params: Any, stats: Any) -> dict[str, Any]:
@@ -91,11 +91,12 @@ def compute(mesh: Mesh, precision: str, tf32: bool) -> Compute:
 
 @lru_cache(maxsize=None)
 def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimizer(), precision: str = "fp32",
-          tf32: bool = False) -> Steps:
-    """Build (once per recipe) the jitted train, accumulation, gradient and evaluation steps."""
-    parts = mesh.shape[PART]
-    # BatchNorm's statistics: the whole batch's (sync), or each device's shard's, over its parts where it has several
-    model = build(spec, BATCH if sync else (PART,) if parts > 1 else (), compute(mesh, precision, tf32))
+          tf32: bool = False, parts: int = 1) -> Steps:
+    """Build (once per recipe) the jitted train, accumulation, gradient and evaluation steps.
+
+    ``parts``: the mesh's places per device (parts.py), BatchNorm's ``local`` statistics each device's over them.
+    """
+    model = build(spec, Rows(sync, parts, AXIS), compute(mesh, precision, tf32))
     opt = transformation(optimizer)
 
     def own_gradients(params, stats, x, drops, y, size, whole):
@@ -107,17 +108,16 @@ def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimi
             loss_sum, correct = _local_sums(logits, y, mask)
             return loss_sum / whole, (loss_sum, correct, updates.get("batch_stats", stats))
 
-        grads, (loss_sum, correct, new_stats) = jax.grad(shard_loss, has_aux=True)(vary(params, BATCH))
-        if not sync and parts > 1:  # each device's running statistics, the same on its parts: over the devices
-            new_stats = device_mean(new_stats, lax.psum(size[0], PART) > 0, AXIS)
-        elif not sync:  # each device's own running statistics: averaged over the devices with rows
-            new_stats = device_mean(new_stats, size[0] > 0, BATCH)
-        return grads, lax.psum(loss_sum, BATCH), lax.psum(correct, BATCH), new_stats
+        grads, (loss_sum, correct, new_stats) = jax.grad(shard_loss, has_aux=True)(vary(params, AXIS))
+        if not sync:  # each device's own running statistics (alike on its parts): averaged over the devices with rows
+            rows = size[0] if parts == 1 else device_sum(size[0], AXIS, parts)
+            new_stats = device_mean(new_stats, rows > 0, AXIS)
+        return grads, lax.psum(loss_sum, AXIS), lax.psum(correct, AXIS), new_stats
 
     def shard_gradients(*args):
         """This device's gradient summed over the mesh (allreduce.py: in buckets where the mesh spans processes)."""
         grads, *rest = own_gradients(*args)
-        return all_sum(grads, BATCH, bucketed=len({d.process_index for d in mesh.devices.flat}) > 1), *rest
+        return all_sum(grads, AXIS, bucketed=len({d.process_index for d in mesh.devices.flat}) > 1), *rest
 
     def leaf_gradients(*args):
         grads, *rest = own_gradients(*args)
@@ -155,7 +155,7 @@ def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimi
         mask = jnp.arange(x.shape[0]) < size[0]
         logits = model.apply(_variables(params, stats), x, None)
         loss_sum, correct = _sums(logits, y, mask)
-        return logits, loss_sum, correct, lax.psum(size[0], BATCH)
+        return logits, loss_sum, correct, lax.psum(size[0], AXIS)
 
     evaluate = jax.shard_map(shard_evaluate, mesh=mesh, in_specs=(REPLICATED, REPLICATED, SHARDED, SHARDED, SHARDED),
                              out_specs=(SHARDED, REPLICATED, REPLICATED, REPLICATED))

@@ -66,6 +66,7 @@ def _measure(shape: tuple[int, ...], dtype: object, repeats: int = 5) -> str:
     matrix-vector form won every ResNet-18 shape on an AMD EPYC; in the layer
     and in the step the reductions won the large ones).
     """
+    from .allreduce import Rows
     from .batchnorm import normalize  # here: batchnorm imports this module
 
     rng = np.random.default_rng(0)
@@ -75,7 +76,7 @@ def _measure(shape: tuple[int, ...], dtype: object, repeats: int = 5) -> str:
     gamma, beta = (jax.device_put(np.full(shape[-1], v, dtype), cpu) for v in (1.0, 0.0))
 
     def loss(x, gamma, beta):
-        out, _ = normalize(x, weight, gamma, beta, (), True)
+        out, _ = normalize(x, weight, gamma, beta, Rows(), True)
         return jnp.sum(jax.nn.relu(out) * target)
 
     best: dict[str, float] = {}

@@ -127,3 +127,39 @@ def test_a_split_run_trains_as_the_whole_one(monkeypatch, cores):
     whole, split = (results[form].epochs[-1] for form in ("whole", "split"))
     assert abs(split.loss - whole.loss) <= 1e-3 * whole.loss, (split.loss, whole.loss)
     assert abs(split.test_acc - whole.test_acc) <= 3 / results["whole"].test_total
+
+
+_PROGRAMS = """
+import hashlib, os
+import multidev
+from multidev.testing import RESNET, batch
+engine = multidev.load_backend("jax")
+for devices, batchnorm, form in ((2, "local", "whole"), (2, "sync", "whole"), (1, "local", "split")):
+    os.environ["MULTIDEV_JAX_PARTS"] = form
+    setup = multidev.Setup(RESNET, multidev.resolve_devices(devices=devices, max_cpu=8), batchnorm)
+    reps = multidev.replicate(engine, setup, RESNET.init(0))
+    x, y = batch(RESNET, 8)
+    b = reps.place(multidev.cut(x, y, multidev.shard_sizes(8, devices)))
+    args = (reps._params, reps._opt_state, reps._stats, b.x, {}, b.y, b.device_sizes, reps.dtype.type(0.1),
+            reps.dtype.type(8))
+    print(reps.parts, hashlib.sha256(reps._steps.train.lower(*args).as_text().encode()).hexdigest())
+"""
+
+
+def test_the_programs_do_not_depend_on_pythons_hash_seed(tmp_path):
+    """A job's processes must compile the same program (or wait for ever for each other's executables).
+
+    Each process has its own ``PYTHONHASHSEED``; a first form of the split
+    (a second mesh axis) lowered to other programs under other seeds.
+    """
+    import os
+    import subprocess
+    import sys
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("the split needs 2 cores")
+    outs = [subprocess.run([sys.executable, "-c", _PROGRAMS], capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "PYTHONHASHSEED": seed}) for seed in ("1", "2")]
+    assert all(out.returncode == 0 for out in outs), outs[0].stderr[-2000:] + outs[1].stderr[-2000:]
+    assert outs[0].stdout.split()[-2] == "2", "the last program must be a split one"
+    assert outs[0].stdout == outs[1].stdout
