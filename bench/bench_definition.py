@@ -215,7 +215,7 @@ def worker(engine_name: str, args: argparse.Namespace) -> dict:
     os.environ.setdefault("MULTIDEV_COMPILE_CACHE", "off")  # JAX: both sides compile their own programs
     # JAX: both sides on the device whole. A split is decided at the first batch and rebuilds the steps from the
     # recipe, which would give the old side the new network's steps (its network is swapped in only while made)
-    os.environ.setdefault("MULTIDEV_JAX_PARTS", "whole")
+    os.environ["MULTIDEV_JAX_PARTS"] = "whole"
     engine = multidev.load_backend(engine_name)
     spec = multidev.ModelSpec("resnet18", (1, args.size, args.size), 10)
     devices = multidev.resolve_devices(devices=1, max_cpu=engine.max_cpu_devices())

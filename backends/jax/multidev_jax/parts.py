@@ -47,9 +47,15 @@ def pinned() -> Optional[str]:
     return value if value in FORMS else None
 
 
-def cores() -> int:
-    """The cores this process may run on (its affinity: a launcher may have given it fewer than the machine's)."""
+def _affinity() -> int:
+    """The cores this process may run on (a launcher may give it fewer than the machine's)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def cores() -> int:
+    """The cores a run may split over: its affinity's, at most ``--threads`` (which sets ``OMP_NUM_THREADS``)."""
+    threads = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return min(_affinity(), int(threads)) if threads.isdigit() and int(threads) > 0 else _affinity()
 
 
 def split_parts(devices: list[jax.Device], processes: int, available: int) -> int:
@@ -61,8 +67,9 @@ def split_parts(devices: list[jax.Device], processes: int, available: int) -> in
 
 
 def key(devices: int, parts: int, length: int, recipe: tuple[Any, ...]) -> str:
-    """What a choice holds for: the devices, their parts, the shard length, and the step's recipe and flags."""
-    text = f"{recipe!r}\n{os.environ.get('XLA_FLAGS', '')}\n{jax.__version__}"
+    """What a choice holds for: the devices, their parts, the shard length, the cores, the recipe and the pins."""
+    pins = [os.environ.get(name, "") for name in ("XLA_FLAGS", "MULTIDEV_JAX_THREADS", "MULTIDEV_JAX_SUMS")]
+    text = f"{recipe!r}\n{pins}\n{cores()}\n{jax.__version__}"
     return f"{devices}:{parts}:{length}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
@@ -85,6 +92,8 @@ def note() -> str:
     form = pinned()
     if form == "whole" and os.environ.get("OMP_NUM_THREADS", "").strip() == "1":
         return "whole: one JAX device each (OMP_NUM_THREADS=1)"
+    if form == "split":
+        return f"split where a run can: one part per core where the cores are at least twice the devices ({ENV}=split)"
     if form is not None:
         return f"{form} ({ENV}={form})"
     counts = _kept.counts()

@@ -25,7 +25,7 @@ def cores(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
 
     def have(n: int) -> None:
-        monkeypatch.setattr(parts, "cores", lambda: n)
+        monkeypatch.setattr(parts, "_affinity", lambda: n)
     return have
 
 
@@ -101,6 +101,7 @@ def test_a_run_measures_once_keeps_the_choice_and_trains_as_the_chosen_form_alon
     (2, 2, "", "", 1),        # a core a device already
     (3, 2, "", "", 1),
     (4, 1, "1", "", 1),       # one thread: nothing to split over
+    (4, 1, "2", "", 2),       # --threads 2: no more parts than threads
     (4, 1, "", "whole", 1),
     (16, 1, "", "", 8),       # no more parts than JAX has virtual devices: 8, the engine's default
 ])
