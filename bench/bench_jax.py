@@ -159,7 +159,7 @@ def forms() -> str:
     def named(module) -> str:
         pinned = module.pinned()
         return f"{pinned} (pinned)" if pinned else counted(module._kept.counts())
-    return f"parts: {named(parts)}; threads: {named(threads)}; sums: {counted(sums.chosen())}"
+    return f"parts: {named(parts)}; threads: {named(threads)}; sums: {counted(sums._kept.counts())}"
 
 
 def time_handwritten(args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float, str]:

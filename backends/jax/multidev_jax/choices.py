@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 import jax
 
@@ -31,6 +31,7 @@ class Kept:
         self.chosen: dict[str, str] = {}
         self._loaded = False
         self._agreed: dict[str, str] = {}
+        self.measured: list[str] = []  # keys this process measured (tests)
 
     def path(self) -> Optional[Path]:
         folder = compile_cache.folder()
@@ -64,6 +65,16 @@ class Kept:
             os.replace(temporary, path)  # whole or not at all: runs of other processes read it
         except OSError:
             pass  # a read-only cache: the choice lives in this process only
+
+    def fastest(self, key: str, timers: Mapping[str, Callable[[], float]]) -> str:
+        """The kept form for ``key``, else the form whose timer gives the fewest seconds, kept for later runs."""
+        chosen = self.get(key)
+        if chosen is None:
+            seconds = {form: timers[form]() for form in self.forms}
+            chosen = min(seconds, key=seconds.__getitem__)
+            self.put(key, chosen)
+            self.measured.append(key)
+        return chosen
 
     def agreed(self, key: str, default: str) -> str:
         """In a job of several processes: rank 0's kept form (or ``default``), the same for every process.

@@ -46,6 +46,11 @@ from .threads import best_seconds
 ALIGN = 8
 
 
+def padded(sizes: Sequence[int]) -> int:
+    """The longest shard's rows rounded up to a multiple of :data:`ALIGN` (at least one row)."""
+    return -(-max(1, *sizes) // ALIGN) * ALIGN
+
+
 @dataclass(frozen=True)
 class Batch:
     """A minibatch on the mesh: part i holds rows ``[i * length, i * length + sizes[i])`` of ``x``, then padding.
@@ -137,8 +142,7 @@ class JaxReplicas(ReplicaStates):
                 return best_seconds(self._compiled("train", batch, *args), args, repeats=3)
             return seconds
 
-        length = -(-max(1, *shards.sizes) // ALIGN) * ALIGN
-        name = parts.key(len(self._named), self._split, length, self._program)
+        name = parts.key(len(self._named), self._split, padded(shards.sizes), self._program)
         form = parts.choose(name, {"whole": timer(1), "split": timer(self._split)})
         self._use(self._split if form == "split" else 1)
         self._compiler.seconds = compiling + time.perf_counter() - start
@@ -216,7 +220,7 @@ class JaxReplicas(ReplicaStates):
         x = self._cut(shards.x)
         sizes = tuple(len(a) for a in x)
         every = shards.group_sizes if shards.group_sizes is not None else sizes  # parts: a job is never split
-        length = -(-max(1, *every) // ALIGN) * ALIGN  # one shard length over the job: one compiled program
+        length = padded(every)  # one shard length over the job: one compiled program
         images = self._rows(x, sizes, length, self.spec.in_shape, self.dtype)
         labels = np.zeros(len(sizes) * length, np.int32) if shards.y is None else \
             self._rows(self._cut(shards.y), sizes, length, (), np.int32)

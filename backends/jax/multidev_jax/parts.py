@@ -36,7 +36,6 @@ from .choices import Kept
 ENV = "MULTIDEV_JAX_PARTS"
 FORMS = ("whole", "split")
 _kept = Kept("parts.json", FORMS)
-_measured: list[str] = []  # keys measured by this process (tests)
 
 
 def pinned() -> Optional[str]:
@@ -76,15 +75,7 @@ def key(devices: int, parts: int, length: int, recipe: tuple[Any, ...]) -> str:
 def choose(name: str, timers: dict[str, Callable[[], float]]) -> str:
     """The pinned form, else the kept one for ``name``, else the faster of ``timers`` (kept for later runs)."""
     form = pinned()
-    if form is not None:
-        return form
-    chosen = _kept.get(name)
-    if chosen is None:
-        seconds = {form: timers[form]() for form in FORMS}
-        chosen = min(seconds, key=seconds.__getitem__)
-        _kept.put(name, chosen)
-        _measured.append(name)
-    return chosen
+    return form if form is not None else _kept.fastest(name, timers)
 
 
 def note() -> str:

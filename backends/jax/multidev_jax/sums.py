@@ -121,11 +121,6 @@ def channel_sum(a: jax.Array, weight: jax.Array, cpu: bool = True) -> jax.Array:
     return _FUNCTIONS[form(a.shape, a.dtype, cpu)](a, weight)
 
 
-def chosen() -> dict[str, int]:
-    """How many shapes took each form, as kept for this CPU (and chosen in this process)."""
-    return _kept.counts()
-
-
 def note() -> str:
     """What ``multidev backends`` says of the sums."""
     pinned = os.environ.get(ENV, "").strip().lower()

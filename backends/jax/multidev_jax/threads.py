@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
 
@@ -42,7 +42,6 @@ FORMS = ("cores", "one")
 DEFAULT = "cores"
 _OPTIONS: dict[str, dict[str, bool]] = {"cores": {}, "one": {FLAG: False}}
 _kept = Kept("threads.json", FORMS)
-_measured: list[str] = []  # keys measured by this process (tests)
 
 
 def pinned() -> Optional[str]:
@@ -100,20 +99,15 @@ def compile(lowered: jax.stages.Lowered, name: str, args: tuple[Any, ...],
     key = f"{name}:{len(devices)}:{hashlib.sha256(program.encode()).hexdigest()[:16]}"
     if jax.process_count() > 1:  # never measured in a job: rank 0's kept choice, or the default, for all
         return lowered.compile(options(_kept.agreed(key, DEFAULT)))
-    chosen = _kept.get(key)
-    if chosen is not None:
-        return lowered.compile(options(chosen))
-    compiled = {form: lowered.compile(options(form)) for form in FORMS}
-    seconds = {form: best_seconds(compiled[form], args, repeats) for form in FORMS}
-    chosen = min(seconds, key=seconds.__getitem__)
-    _kept.put(key, chosen)
-    _measured.append(key)
-    return compiled[chosen]
+    compiled: dict[str, jax.stages.Compiled] = {}  # the forms compiled to be timed
 
-
-def chosen() -> dict[str, int]:
-    """How many steps took each form, as kept for this CPU (and chosen in this process)."""
-    return _kept.counts()
+    def timer(form: str) -> Callable[[], float]:
+        def seconds() -> float:
+            compiled[form] = lowered.compile(options(form))
+            return best_seconds(compiled[form], args, repeats)
+        return seconds
+    chosen = _kept.fastest(key, {form: timer(form) for form in FORMS})
+    return compiled[chosen] if chosen in compiled else lowered.compile(options(chosen))
 
 
 def note() -> str:

@@ -74,12 +74,11 @@ def test_a_run_measures_once_keeps_the_choice_and_trains_as_the_chosen_form_alon
     monkeypatch.delenv(parts.ENV, raising=False)
     monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
     monkeypatch.setattr(parts, "_kept", choices.Kept("parts.json", parts.FORMS))
-    monkeypatch.setattr(parts, "_measured", [])
     monkeypatch.setattr(compiled, "_CACHE", {})
     reps, measured, *_ = _train(1, "local", dtype="float32")
     saved = json.loads((tmp_path / "parts.json").read_text())
-    assert list(saved) == parts._measured and len(saved) == 1, saved
-    chosen = saved[parts._measured[0]]
+    assert list(saved) == parts._kept.measured and len(saved) == 1, saved
+    chosen = saved[parts._kept.measured[0]]
     assert reps.parts == (2 if chosen == "split" else 1)
     assert reps.compile_seconds > 0 and f"{chosen} for 1" in parts.note()
     # the timed steps ran on copies: the run equals one that only ever ran the chosen form
@@ -89,10 +88,10 @@ def test_a_run_measures_once_keeps_the_choice_and_trains_as_the_chosen_form_alon
     # a later run reads the file instead of measuring: the other form, saved, is what it takes
     monkeypatch.delenv(parts.ENV)
     other = "whole" if chosen == "split" else "split"
-    (tmp_path / "parts.json").write_text(json.dumps({parts._measured[0]: other}))
+    (tmp_path / "parts.json").write_text(json.dumps({parts._kept.measured[0]: other}))
     parts._kept.forget()
     again = _train(1, "local", dtype="float32")[0]
-    assert again.parts == (2 if other == "split" else 1) and len(parts._measured) == 1, "measured again"
+    assert again.parts == (2 if other == "split" else 1) and len(parts._kept.measured) == 1, "measured again"
 
 
 @pytest.mark.parametrize("have, devices, omp, env, want", [

@@ -38,7 +38,6 @@ def measuring(monkeypatch, tmp_path):
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
     monkeypatch.setattr(threads, "_kept", choices.Kept("threads.json", threads.FORMS))
-    monkeypatch.setattr(threads, "_measured", [])
     monkeypatch.setattr(compiled, "_CACHE", {})
     return threads
 
@@ -60,7 +59,7 @@ def test_a_step_on_two_devices_is_measured_once_kept_and_trains_as_the_chosen_fo
     measured = _train(2)
     saved = json.loads((tmp_path / "threads.json").read_text())
     train = [k for k in saved if k.startswith("train:2:")]
-    assert len(train) == 1 and measuring._measured == [train[0]] and set(saved.values()) <= set(measuring.FORMS)
+    assert len(train) == 1 and measuring._kept.measured == [train[0]] and set(saved.values()) <= set(measuring.FORMS)
     chosen = saved[train[0]]
     assert f"{chosen} for 1" in measuring.note() or (chosen == "cores" and "per operation for 1" in measuring.note())
     # the timed runs used copies: the run equals one that only ever ran the chosen form
@@ -85,7 +84,7 @@ def test_one_device_measures_nothing(measuring, monkeypatch, tmp_path):
     monkeypatch.setattr(measuring, "best_seconds", None)
     state = _train(1, steps=1)
     assert all(np.isfinite(v).all() for v in state.values())
-    assert measuring._measured == [] and not (tmp_path / "threads.json").exists()
+    assert measuring._kept.measured == [] and not (tmp_path / "threads.json").exists()
 
 
 def test_a_long_step_is_timed_fewer_times():
