@@ -110,6 +110,14 @@ class Kept:
     def where(self) -> str:
         return str(self.path() or "this process only: the compilation cache is off")
 
+    def summary(self, when: str, labels: Mapping[str, str], env: str) -> str:
+        """What ``multidev backends`` says of these choices: when they are measured, and how many took each form."""
+        counts = self.counts()
+        if not any(counts.values()):
+            return f"measured on this CPU {when}, kept in {self.where()}"
+        chosen = ", ".join(f"{labels[form]} for {counts[form]}" for form in self.forms)
+        return f"measured on this CPU {when}: {chosen} ({self.where()}; {env}={'|'.join(self.forms)} pins one)"
+
     def forget(self) -> None:
         """Read the file afresh at the next question (tests)."""
         self.chosen.clear()

@@ -87,9 +87,5 @@ def note() -> str:
         return f"split where a run can: one part per core where the cores are at least twice the devices ({ENV}=split)"
     if form is not None:
         return f"{form} ({ENV}={form})"
-    counts = _kept.counts()
-    if not any(counts.values()):
-        return (f"measured on this CPU at a run's first batch where the cores are at least twice the devices "
-                f"(whole, or one part per core), kept in {_kept.where()}")
-    return (f"measured on this CPU: whole for {counts['whole']}, split for {counts['split']} (one part per core; "
-            f"{_kept.where()}; {ENV}=whole|split pins one)")
+    return _kept.summary("at a run's first batch where the cores are at least twice the devices (whole, or split "
+                         "in one part per core)", {"whole": "whole", "split": "split"}, ENV)

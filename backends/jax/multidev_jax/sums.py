@@ -126,8 +126,4 @@ def note() -> str:
     pinned = os.environ.get(ENV, "").strip().lower()
     if pinned in FORMS:
         return f"{pinned} ({ENV}={pinned})"
-    counts, where = _kept.counts(), _kept.where()
-    if not any(counts.values()):
-        return f"measured on this CPU per shape at a run's first step, kept in {where}"
-    return (f"measured on this CPU, shapes: matvec for {counts['matvec']}, reduce for {counts['reduce']} "
-            f"({where}; {ENV}=matvec|reduce pins one)")
+    return _kept.summary("per shape at a run's first step", {"matvec": "matvec", "reduce": "reduce"}, ENV)

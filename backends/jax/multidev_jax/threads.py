@@ -39,6 +39,7 @@ from .choices import Kept
 ENV = "MULTIDEV_JAX_THREADS"
 FLAG = "xla_cpu_multi_thread_eigen"  # XLA's own switch; given per compiled step, so nothing process-wide changes
 FORMS = ("cores", "one")
+LABELS = {"cores": "every core per operation", "one": "one per operation"}  # as multidev backends says them
 DEFAULT = "cores"
 _OPTIONS: dict[str, dict[str, bool]] = {"cores": {}, "one": {FLAG: False}}
 _kept = Kept("threads.json", FORMS)
@@ -119,9 +120,4 @@ def note() -> str:
         return "one per operation (OMP_NUM_THREADS=1, as --threads 1 and each of 2 workers on 2 cores set it)"
     if form == "cores":
         return f"every core per operation ({ENV}=cores)"
-    counts = _kept.counts()
-    if not any(counts.values()):
-        return (f"measured on this CPU per step on 2+ devices at a run's first step (every core per operation, "
-                f"or one), kept in {_kept.where()}")
-    return (f"measured on this CPU per step on 2+ devices: every core per operation for {counts['cores']}, one for "
-            f"{counts['one']} ({_kept.where()}; {ENV}=cores|one pins one)")
+    return _kept.summary("per step on 2+ devices at a run's first step", LABELS, ENV)

@@ -61,7 +61,7 @@ def test_a_step_on_two_devices_is_measured_once_kept_and_trains_as_the_chosen_fo
     train = [k for k in saved if k.startswith("train:2:")]
     assert len(train) == 1 and measuring._kept.measured == [train[0]] and set(saved.values()) <= set(measuring.FORMS)
     chosen = saved[train[0]]
-    assert f"{chosen} for 1" in measuring.note() or (chosen == "cores" and "per operation for 1" in measuring.note())
+    assert f"{measuring.LABELS[chosen]} for 1" in measuring.note()
     # the timed runs used copies: the run equals one that only ever ran the chosen form
     monkeypatch.setenv(measuring.ENV, chosen)
     monkeypatch.setattr(compiled, "_CACHE", {})
