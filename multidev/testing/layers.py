@@ -11,7 +11,7 @@ float32 against the float64 truth. Dropout runs with the core's masks.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, ClassVar
+from typing import Callable, ClassVar, Optional
 
 import numpy as np
 import pytest
@@ -34,6 +34,14 @@ def _joined(join: type) -> Callable[[], nn.Model]:
         a, b = nn.Conv2d(3, 3, padding=1)(x), nn.Conv2d(3 if join is nn.Add else 2, 1)(x)
         return nn.Model(x, nn.Dense()(nn.Flatten()(join()(a, b))))
     return build
+
+
+def _blocks_cut() -> nn.Model:
+    """Branches of 4, 4 and 8 channels joined, into a convolution: each ends inside a block of oneDNN's blocked
+    layouts (8 channels on AVX2, 16 on AVX-512), where MXNet's concat once divided by zero."""
+    x = nn.Input()
+    parts = [nn.Conv2d(4, 3, padding=1)(x), nn.Conv2d(4, 1)(x), nn.Conv2d(8, 1)(x)]
+    return nn.Model(x, nn.Dense()(nn.Flatten()(nn.Conv2d(16, 3, padding=1)(nn.Concat()(*parts)))))
 
 
 def _alone(layer: nn.Layer, images: bool = True) -> Callable[[], nn.Sequential]:
@@ -117,8 +125,9 @@ class LayerChecks(EngineFixtures):
     def dtype(self, engine) -> tuple[str, float]:
         return ("float64", FLOAT64_RTOL) if "float64" in engine.capabilities else ("float32", CROSS_ENGINE_RTOL)
 
-    def _judge(self, engine, spec: ModelSpec, k: int, what: str, batchnorm: str = "local") -> None:
-        dtype, rtol = self.dtype(engine)
+    def _judge(self, engine, spec: ModelSpec, k: int, what: str, batchnorm: str = "local",
+               dtype: Optional[tuple[str, float]] = None) -> None:
+        dtype, rtol = dtype or self.dtype(engine)
         x, y = batch(spec, 7, seed=3)
         sizes = shard_sizes(len(x), k)
         state = spec.init(1)
@@ -133,13 +142,20 @@ class LayerChecks(EngineFixtures):
         # a gradient that is 0 in exact arithmetic (a bias before BatchNorm) is rounding noise: judged on the
         # scale of the whole gradient
         floor = 1e-3 * max(float(np.abs(g).max(initial=0.0)) for g in want.values())
-        assert_states_close(got, want, rtol=rtol, floor=floor, promise=f"models: {what}: the gradient ({dtype}, {k} device(s), "
-                                                          f"cut {sizes}) is not the float64 truth")
+        assert_states_close(got, want, rtol=rtol, floor=floor,
+                            promise=f"models: {what}: the gradient ({dtype}, {k} device(s), cut {sizes}) is not the "
+                                    f"float64 truth")
         reps.train_step(reps.place(shards), lr=0.1)
         want = reference.sgd_step(spec, state, x, y, 0.1, sizes, batchnorm, masks=masks)
         floor = 1e-3 * max(float(np.abs(w).max(initial=0.0)) for w in want.values())
-        assert_states_close(reps.state(), want, rtol=rtol, floor=floor, promise=f"models: {what}: one SGD step ({dtype}, "
-                                                                    f"{k} device(s)) is not the float64 truth")
+        assert_states_close(reps.state(), want, rtol=rtol, floor=floor,
+                            promise=f"models: {what}: one SGD step ({dtype}, {k} device(s)) is not the float64 truth")
+
+    def test_a_concatenation_into_a_convolution_in_float32(self, engine):
+        """Branches ending inside a block of oneDNN's blocked layouts, in float32, where oneDNN runs them."""
+        spec = ModelSpec("concat-into-conv", IMAGES, 3, _blocks_cut().graph())
+        k = 2 if 2 in self.counts(engine) else 1
+        self._judge(engine, spec, k, "a concatenation into a convolution", dtype=("float32", CROSS_ENGINE_RTOL))
 
     @pytest.mark.parametrize("case", list(LAYER_CASES))
     def test_each_layer_alone_equals_float64_truth(self, engine, case):

@@ -155,7 +155,7 @@ class MXNetReplicas(ReplicaStates):
         with autograd.record():
             logits = self._compute(shard.x, *(shard.masks or ()))
             ce_sum = self._ce(logits, shard.y).sum()
-            loss = ce_sum / total  # weight n_i / B once summed over the shard (contract: Loss, gradients and the update)
+            loss = ce_sum / total  # weight n_i / B once summed (contract: Loss, gradients and the update)
         return ShardOutput(logits, ce_sum, loss)
 
     def _forward(self, batch: list[Shard], active: list[int], total: int) -> dict[int, ShardOutput]:

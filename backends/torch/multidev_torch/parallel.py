@@ -145,7 +145,7 @@ class TorchReplicas(ReplicaStates):
                 model.zero_grad(set_to_none=True)
         self._holding = True
         logits = self._logits(batch, active)
-        # Shard i's loss is its sum divided by the whole batch: weight n_i / B (contract: Loss, gradients and the update).
+        # Shard i's loss is its sum over the whole batch: weight n_i / B (contract: Loss, gradients and the update).
         # In the parameters' dtype: float32 from bfloat16 logits (contract: Mixed precision).
         losses = [F.cross_entropy(logits[i].to(self.dtype), batch[i].y, reduction="sum") for i in active]
         torch.autograd.backward([loss / total for loss in losses])
