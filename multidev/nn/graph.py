@@ -19,7 +19,7 @@ checkpoints as JSON and read back without running any code.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 from multidev.errors import MultidevError
 from multidev.nn.layers import LAYERS, Add, Dense, Dropout, Layer, Param, Shape, State
@@ -104,9 +104,10 @@ class Model:
         order = _reachable(self.outputs)
         if self.inputs not in order:
             raise MultidevError("the model's output does not depend on its input: build it from nn.Input()")
-        names = _Names()
+        nodes = sorted(order, key=lambda n: n.order)
+        names = _Names(n for n in nodes if n.layer is not None)
         specs, name_of = [], {self.inputs: "input"}
-        for node in sorted(order, key=lambda n: n.order):
+        for node in nodes:
             if node.layer is None:
                 if node is not self.inputs:
                     raise MultidevError("the model has a second nn.Input(): one input per model")
@@ -127,17 +128,30 @@ def _reachable(out: Node) -> set[Node]:
 
 
 class _Names:
-    """Canonical names: a layer's own, else its kind numbered within its scope; scopes likewise."""
+    """Canonical names: a layer's own, else its kind numbered within its scope; scopes likewise.
 
-    def __init__(self) -> None:
+    A number is skipped where a layer of the same scope has that name of its own (``Dense(name="fc1")``
+    after an unnamed ``Dense``): the user named one layer ``fc1``, so the other is ``fc2``.
+    """
+
+    def __init__(self, nodes: Iterable[Node]) -> None:
         self.counts: dict[tuple[str, str], int] = {}
         self.scopes: dict[Scope, str] = {}
         self.taken: set[str] = set()
+        self.given: set[str] = set()
+        nodes = list(nodes)
+        for n in nodes:  # scopes numbered in node order, as naming them meets them
+            self.prefix(n.scope)
+        #: the names layers were given
+        self.given = {self.prefix(n.scope) + n.layer.name for n in nodes if n.layer.name}
 
     def _next(self, prefix: str, kind: str) -> str:
         key = (prefix, kind)
-        self.counts[key] = self.counts.get(key, 0) + 1
-        return f"{prefix}{kind}{self.counts[key]}"
+        while True:
+            self.counts[key] = self.counts.get(key, 0) + 1
+            name = f"{prefix}{kind}{self.counts[key]}"
+            if name not in self.given:
+                return name
 
     def prefix(self, scope: Optional[Scope]) -> str:
         if scope is None:
@@ -229,16 +243,26 @@ class Graph:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Graph":
         """A definition read back from data: no code runs; an unknown layer or a newer format is one line."""
-        fmt = str(data.get("format", ""))
+        fmt = str(data.get("format", "")) if isinstance(data, dict) else ""
         if not fmt.startswith("multidev-model/"):
             raise MultidevError(f"not a multidev model definition (format {fmt!r})")
         if fmt != FORMAT:
             raise MultidevError(f"the model definition is {fmt}, from a newer multidev (this one reads {FORMAT}): "
                                 f"upgrade multidev")
-        nodes = []
-        for n in data["nodes"]:
-            if n["layer"] not in LAYERS:
-                raise MultidevError(f"layer {n['layer']!r} of node {n['name']!r} is unknown to this multidev "
+        nodes: list[NodeSpec] = []
+        for i, n in enumerate(data.get("nodes") or [None]):
+            try:
+                name, layer, args, inputs = n["name"], n["layer"], n["args"], tuple(n["inputs"])
+            except (TypeError, KeyError):
+                raise MultidevError(f"node {i} of the model definition is not a layer's name, layer, args and "
+                                    f"inputs: write it as a checkpoint or to_dict() holds it") from None
+            if layer not in LAYERS:
+                raise MultidevError(f"layer {layer!r} of node {name!r} is unknown to this multidev "
                                     f"(it knows {', '.join(LAYERS)}): upgrade multidev")
-            nodes.append(NodeSpec(n["name"], LAYERS[n["layer"]](**n["args"]), tuple(n["inputs"])))
+            known = {"input", *(node.name for node in nodes)}
+            missing = [x for x in inputs if x not in known]
+            if missing or not inputs:
+                raise MultidevError(f"node {name!r} takes {', '.join(map(repr, missing)) or 'no input'}, not a node "
+                                    f"before it: list every node after its inputs ('input' is the model's input)")
+            nodes.append(NodeSpec(name, LAYERS[layer](**args), inputs))
         return cls(tuple(nodes))

@@ -32,6 +32,17 @@ def test_the_issues_example_builds_with_readable_names():
     assert params["res1.conv2.weight"] == (32, 32, 3, 3) and params["fc1.weight"] == (10, 32)
 
 
+def test_a_name_given_to_one_layer_is_not_given_to_another():
+    """An unnamed Dense is numbered past the one the user named fc1, before or after it; the zoo's names are as
+    they were (the test above)."""
+    before = nn.Sequential(nn.Flatten(), nn.Dense(32, name="fc1"), nn.ReLU(), nn.Dense()).graph()
+    after = nn.Sequential(nn.Flatten(), nn.Dense(32), nn.ReLU(), nn.Dense(name="fc1")).graph()
+    assert [n.name for n in before.nodes] == ["flatten1", "fc1", "relu1", "fc2"]
+    assert [n.name for n in after.nodes] == ["flatten1", "fc2", "relu1", "fc1"]
+    inner = nn.Sequential(nn.Sequential(nn.Dense(4), nn.Dense(4, name="fc1"), name="head"), nn.Dense()).graph()
+    assert [n.name for n in inner.nodes] == ["head.fc2", "head.fc1", "fc1"]
+
+
 def test_functional_form_with_add_and_concat():
     x = nn.Input()
     a = nn.Conv2d(4, 3, padding=1)(x)
