@@ -9,7 +9,7 @@ from multidev.engines.capabilities import CAPABILITIES
 from multidev.engines.protocol import Backend, Replicas, Setup, StepStats, replicate
 from multidev.engines.registry import installed as installed_backends
 from multidev.engines.registry import load_backend
-from multidev.errors import BackendNotInstalled, MultidevError
+from multidev.errors import BackendNotInstalled, MultidevError, UserCodeError
 from multidev.outputs.checkpoint import load as load_checkpoint
 from multidev.outputs.checkpoint import save as save_checkpoint
 from multidev.outputs.result import EpochRecord, Result
@@ -28,5 +28,5 @@ __all__ = [
     "Backend", "BackendNotInstalled", "CAPABILITIES", "DEFAULTS", "Device", "EpochRecord", "Interrupted", "MODELS",
     "ModelSpec", "MultidevError", "Outcome", "ProcessGroup", "Replicas", "Result", "Settings", "Setup", "Shards",
     "StepStats", "compare", "cut", "evaluate", "installed_backends", "load_backend", "load_checkpoint", "replicate",
-    "resolve_devices", "save_checkpoint", "shard_bounds", "shard_sizes", "split", "train",
+    "resolve_devices", "save_checkpoint", "shard_bounds", "shard_sizes", "split", "train", "UserCodeError",
 ]

@@ -13,6 +13,15 @@ class PeerLost(MultidevError):
     """This worker's job lost another process; its launcher names which, and may start the job again."""
 
 
+class UserCodeError(MultidevError):
+    """The user's own code (a model file) raised: one line naming the file and line, exit code 1 as Python's own.
+
+    Unlike multidev's checks, which every process of a job makes alike, the
+    user's code may fail in one process alone (a full disk, a rank's own
+    file): that worker ends at once, as after any error of its own.
+    """
+
+
 class BackendNotInstalled(MultidevError):
     """The engine is known but its package (or its framework) is missing."""
 

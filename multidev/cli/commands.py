@@ -10,22 +10,12 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from multidev.cli.parser import parser
-from multidev.errors import MultidevError, PeerLost
+from multidev.errors import MultidevError, PeerLost, UserCodeError
+from multidev.outputs.paths import check_paths, writable
 from multidev.processes.faults import will_restart
 from multidev.processes.threads import apply_threads
 from multidev.settings.run import from_args
 from multidev.training.interrupt import Interrupted
-
-
-def _writable(path: Optional[str], flag: str) -> None:
-    """Fail before training, not after it, when an output cannot be written."""
-    if path is None:
-        return
-    folder = Path(path).parent
-    if Path(path).is_dir():
-        raise MultidevError(f"{flag} {path} is a folder: give a file name")
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise MultidevError(f"{flag} {path}: folder {folder} does not exist or is not writable")
 
 
 def _counts(text: str, flag: str) -> list[int]:
@@ -45,7 +35,7 @@ def _compare(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise MultidevError(f"--out {out} is a file: give a folder")
-    _writable(str(out / "results.json") if out.is_dir() else str(out), "--out")
+    writable(str(out / "results.json") if out.is_dir() else str(out), "--out")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     outcomes = compare(backends, _counts(args.counts, "--devices"), out=out, progress=base.progress,
                        timeout=args.timeout, truth=not args.no_truth, float64=args.float64, settings=base)
@@ -60,8 +50,6 @@ def _train(args: argparse.Namespace) -> int:
     from multidev.training.api import train
 
     s = from_args(args)
-    for flag in ("json", "plot", "checkpoint"):
-        _writable(getattr(s, flag), f"--{flag}")
 
     def report(r) -> None:
         print(f"epoch {r.epoch}/{s.epochs}: loss {r.loss:.4f}, train acc {r.train_acc:.3f}, "
@@ -108,11 +96,17 @@ def _export(args: argparse.Namespace) -> int:
     from multidev.outputs import checkpoint as ckpt
 
     spec, state, meta = ckpt.load(args.checkpoint)
-    _writable(args.onnx, "--onnx")
-    to_onnx(spec.graph, state, spec.in_shape, args.onnx)
+    check_paths({"--onnx": args.onnx}, {}, {"the checkpoint to export": args.checkpoint})
+    classes, normalization = meta.get("classes"), meta.get("normalization")
+    to_onnx(spec.graph, state, spec.in_shape, args.onnx, normalization=normalization, classes=classes)
     shape = ", ".join(map(str, spec.in_shape))
     print(f"wrote {args.onnx}: {spec.name} after epoch {meta.get('epoch')}; input 'input' float32 (N, {shape}), "
           f"output 'logits' ({spec.num_classes} classes)")
+    scaled = "8-bit images divided by 255 (values 0 to 1), other arrays as they are"
+    print(f"  input: the samples as multidev reads them: {scaled}" +
+          ("; the run's normalisation is inside the file" if normalization else ""))
+    if classes:
+        print(f"  classes, logit 0 first: {', '.join(classes)} (also in the file's metadata 'classes')")
     return 0
 
 
@@ -129,6 +123,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not will_restart():
             print(f"multidev: error: {exc}", file=sys.stderr)
         return 2
+    except UserCodeError as exc:  # the user's program failed, not a mistake multidev caught: Python's exit code
+        print(f"multidev: error: {exc}", file=sys.stderr)
+        return 1
     except MultidevError as exc:
         print(f"multidev: error: {exc}", file=sys.stderr)
         return 2

@@ -11,8 +11,10 @@ from typing import Any, Optional, Sequence
 from multidev.comparison.divergence import describe_float32, describe_float64, measure
 from multidev.comparison.report import write_report
 from multidev.comparison.runs import Outcome, grid, run_one
+from multidev.engines.registry import installed, load_backend
 from multidev.errors import MultidevError
 from multidev.settings.run import Settings
+from multidev.training.run import check_inputs
 
 
 @dataclass
@@ -82,6 +84,16 @@ def _verdicts(outcomes: list[Outcome]) -> None:
                                      twin.divergence if twin is not None else None, twin is None)
 
 
+def _check(specs: Sequence[Settings]) -> None:
+    """Every engine installed and every run's data and model readable, before the first run: a mistake is one
+    line now, not a failed row per run after the others have trained."""
+    for name in dict.fromkeys(s.engine_name for s in specs if isinstance(s.backend, str)):
+        if name not in installed():
+            load_backend(name)  # says in one line that the engine is unknown, or how to install it
+    for s in {(str(s.dataset), str(s.model)): s for s in specs}.values():
+        check_inputs(s, max(spec.device_count * spec.launch.size for spec in specs))
+
+
 def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2), *,
             out: Optional[str | Path] = None, runs: Optional[Sequence[Settings]] = None, progress: bool = False,
             timeout: Optional[float] = None, truth: bool = True, float64: bool = False,
@@ -103,10 +115,15 @@ def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2
     float64 run that stays on the truth shows that the engine defines
     everything the same.
     """
+    if isinstance(backends, str):  # "torch,jax", as the command line writes them
+        backends = [b.strip() for b in backends.split(",") if b.strip()]
+    if timeout is not None and not timeout > 0:
+        raise MultidevError(f"timeout must be a positive number of seconds, got {timeout!r}")
     base = (settings or Settings()).replace(**kwargs)
     specs = list(runs) if runs is not None else grid(backends, devices, base)
     if not specs:
         raise MultidevError("nothing to compare: name at least one engine and one device count")
+    _check(specs)
     bar = None
     if progress:
         from tqdm.auto import tqdm

@@ -10,6 +10,9 @@ anything trains.
 
 from __future__ import annotations
 
+import warnings
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +44,9 @@ def check_kind(dtype: np.dtype, what: str) -> None:
 
 def _images(x: np.ndarray, layout: str, what: str) -> np.ndarray:
     sample_shape(x.shape, layout, what)
+    if layout == "NCHW" and x.ndim == 4 and x.shape[1] > 4 and x.shape[3] in (1, 3, 4):
+        warnings.warn(f"{what} has shape {x.shape}: its last axis looks like colour channels; if it is, give "
+                      f"layout='NHWC' (--layout NHWC)", stacklevel=3)
     return np.transpose(x, (0, 3, 1, 2)) if layout == "NHWC" and x.ndim == 4 else x
 
 
@@ -117,8 +123,8 @@ def npz(path: str | Path, layout: str = "NCHW") -> Dataset:
             found = {k: f[k] for k in f.files}
     except FileNotFoundError:
         raise MultidevError(f"data file {path} does not exist") from None
-    except (OSError, ValueError) as exc:
-        raise MultidevError(f"{path} is not a readable .npz file ({exc})") from None
+    except (OSError, ValueError, zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise MultidevError(f"{path} is not a readable .npz file ({exc}): write it again with numpy.savez") from None
     lacking = [k for k in ("x_train", "y_train") if k not in found]
     if lacking:
         raise MultidevError(f"{path} holds {', '.join(sorted(found)) or 'nothing'}; it needs x_train and y_train "

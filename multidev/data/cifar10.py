@@ -117,4 +117,4 @@ def dataset(data_dir: str | Path | None = None, download: bool = True, *, url: s
             md5: str = MD5) -> Dataset:
     """CIFAR-10 in the core's layout: 3x32x32 images scaled to [0, 1] float32 one minibatch at a time."""
     x_train, y_train, x_test, y_test = load(data_dir, download=download, url=url, md5=md5)
-    return Dataset("cifar-10", Pixels(x_train), y_train, Pixels(x_test), y_test, len(CLASSES))
+    return Dataset("cifar-10", Pixels(x_train), y_train, Pixels(x_test), y_test, len(CLASSES), CLASSES)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -18,6 +19,8 @@ class Dataset:
     x_test: Samples
     y_test: np.ndarray
     num_classes: int
+    #: the classes' names in label order, where the data names them (image folders, Fashion-MNIST, CIFAR-10)
+    classes: Optional[tuple[str, ...]] = None
 
     @property
     def shape(self) -> tuple[int, ...]:

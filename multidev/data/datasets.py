@@ -54,7 +54,7 @@ def fashion(data_dir: Optional[str | Path] = None, download: bool = True) -> Dat
     """Fashion-MNIST, 28x28, scaled to [0, 1]."""
     x_tr, y_tr, x_te, y_te = fashion_mnist.load(data_dir, download=download)
     return Dataset("fashion-mnist", floats(x_tr)[:, None], y_tr.astype(np.int64), floats(x_te)[:, None],
-                   y_te.astype(np.int64), 10)
+                   y_te.astype(np.int64), 10, fashion_mnist.CLASSES)
 
 
 def load_dataset(name: str, data_dir: Optional[str | Path] = None, layout: str = "NCHW", *,
@@ -63,11 +63,17 @@ def load_dataset(name: str, data_dir: Optional[str | Path] = None, layout: str =
     """A data set by name, or the user's: a ``.npz`` file, a folder of ``.npy`` files (images in ``layout``),
     a saved Hugging Face set (its ``image_column`` and ``label_column``), or a folder of class folders of
     images (resized to ``image_size``, read as ``color``)."""
+    path = Path(name)
+    arrays = name in _NAMED or name.endswith(".npz") or (path.is_dir() and (
+        npy.is_npy_folder(path) or huggingface.is_saved_dataset(path)))
+    if arrays and (image_size is not None or color != "auto"):  # a flag that would change nothing: say so
+        flag = "--image-size" if image_size is not None else "--color"
+        raise MultidevError(f"{flag} is for a folder of images; {name} holds arrays: leave {flag} out, or resize "
+                            f"the arrays yourself")
     if name in _NAMED:
         return _NAMED[name](data_dir)
     if name.endswith(".npz"):
         return npz(name, layout)
-    path = Path(name)
     if not path.is_dir():
         raise MultidevError(f"unknown data set {name!r}: choose one of {', '.join(DATASETS)}, or give a .npz file "
                             f"or a folder")

@@ -16,6 +16,8 @@ from multidev.errors import MultidevError
 __all__ = ["FILES", "URL", "default_dir", "fetch", "load", "md5"]
 
 URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
+#: the labels' names, as the data set's authors publish them
+CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
 FILES = {  # name -> published MD5
     "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
     "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",

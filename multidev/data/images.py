@@ -23,6 +23,8 @@ from multidev.errors import MultidevError
 
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 COLORS = ("auto", "gray", "rgb")
+#: the largest side --image-size takes (a typo such as 100000 would ask for tens of gigabytes a minibatch)
+MAX_SIDE = 4096
 #: Pillow modes that hold one channel
 _GRAY = ("1", "L", "LA", "I", "I;16", "F")
 #: a bar while indexing only where indexing takes a moment
@@ -40,9 +42,9 @@ def parse_size(value: object) -> Optional[tuple[int, int]]:
         parts = []
     if len(parts) == 1:
         parts *= 2
-    if len(parts) != 2 or min(parts) < 1:
-        raise MultidevError(f"--image-size takes a positive size such as 28 or HEIGHTxWIDTH such as 32x48, "
-                            f"got {value!r}")
+    if len(parts) != 2 or min(parts) < 1 or max(parts) > MAX_SIDE:
+        raise MultidevError(f"--image-size takes a size of 1 to {MAX_SIDE} such as 28, or HEIGHTxWIDTH such as "
+                            f"32x48, got {value!r}")
     return (parts[0], parts[1])
 
 
@@ -161,9 +163,9 @@ def folder(root: str | Path, image_size: Optional[tuple[int, int]] = None, color
     if split:
         train, test = listings
         return Dataset(root.name, Images(train.paths, size, gray), train.labels, Images(test.paths, size, gray),
-                       test.labels, len(names))
+                       test.labels, len(names), tuple(names))
     whole = listings[0]
     rows, held = held_out(len(whole.paths), test_fraction, seed)
     pick = lambda which: [whole.paths[i] for i in which]  # noqa: E731
     return Dataset(root.name, Images(pick(rows), size, gray), whole.labels[rows], Images(pick(held), size, gray),
-                   whole.labels[held], len(names))
+                   whole.labels[held], len(names), tuple(names))

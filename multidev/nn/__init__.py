@@ -29,4 +29,5 @@ def __getattr__(name: str):
         from multidev.nn import onnx
 
         return getattr(onnx, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    layers = [n for n in __all__ if n[0].isupper() and n not in ("Graph", "Layer", "ZOO")]
+    raise AttributeError(f"multidev.nn has no {name!r}: its layers are {', '.join(layers)}")

@@ -16,13 +16,14 @@ numbered by kind (``relu1``) as the model language does.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
@@ -670,6 +671,17 @@ class _Writer:
         self.nodes.append(self.onnx.helper.make_node(op, inputs, [output], name=name, **attrs))
 
 
+def _normalized(w: _Writer, normalization: dict[str, Sequence[float]], rank: int) -> str:
+    """(input - mean) / std per channel (feature), the run's own normalisation, as the graph's first nodes."""
+    shape = (1, -1) + (1,) * (rank - 1)
+    for part in ("mean", "std"):
+        array = np.asarray(normalization[part], np.float32).reshape(shape)
+        w.inits.append(w.onnx.numpy_helper.from_array(array, f"input.{part}"))
+    w.add("Sub", ["input", "input.mean"], "input/centred", "input.centre")
+    w.add("Div", ["input/centred", "input.std"], "input/normalized", "input.normalize")
+    return "input/normalized"
+
+
 def _w_conv(w: _Writer, n: NodeSpec, ins: list[str], out: str) -> None:
     L = n.layer
     inputs = ins + [w.init(n, "weight")] + ([w.init(n, "bias")] if L.bias else [])
@@ -758,13 +770,17 @@ def _checked(graph: Any, state: dict[str, np.ndarray], in_shape: Shape) -> Graph
 
 
 def to_onnx(graph: Any, state: dict[str, np.ndarray], in_shape: Shape, path: Union[str, os.PathLike],
-            opset: int = DEFAULT_OPSET) -> str:
+            opset: int = DEFAULT_OPSET, *, normalization: Optional[dict[str, Sequence[float]]] = None,
+            classes: Optional[Sequence[str]] = None) -> str:
     """Writes the model for inference as ONNX (float32): input "input" (N, *in_shape), output "logits" (N, K).
 
     Why this form: any ONNX runtime serves it. The batch axis is dynamic;
     BatchNorm uses the running statistics, Dropout is an identity. ``graph``:
-    a Graph, a definition or a ModelSpec. Checked by onnx.checker (shapes
-    included), written atomically; returns the path.
+    a Graph, a definition or a ModelSpec. ``normalization`` (``mean`` and
+    ``std`` per channel, as the run applied them) becomes the file's first
+    nodes, so it takes samples as the data set holds them; ``classes`` (the
+    labels' names, in order) goes into its metadata as JSON. Checked by
+    onnx.checker (shapes included), written atomically; returns the path.
     """
     onnx = _onnx()
     if not MIN_WRITE_OPSET <= opset <= onnx.defs.onnx_opset_version():
@@ -776,7 +792,7 @@ def to_onnx(graph: Any, state: dict[str, np.ndarray], in_shape: Shape, path: Uni
     last = graph.nodes[-1].name
     value = {n.name: "logits" if n.name == last else n.name + ("/out" if n.name == "logits" else "")
              for n in graph.nodes}
-    value["input"] = "input"
+    value["input"] = _normalized(writer, normalization, len(in_shape)) if normalization else "input"
     for n in graph.nodes:
         _WRITERS[type(n.layer)](writer, n, [value[i] for i in n.inputs], value[n.name])
     h, f32 = onnx.helper, onnx.TensorProto.FLOAT
@@ -785,6 +801,8 @@ def to_onnx(graph: Any, state: dict[str, np.ndarray], in_shape: Shape, path: Uni
     opsets = [h.make_opsetid("", opset)]
     model = h.make_model(h.make_graph(writer.nodes, "multidev", *io, writer.inits), opset_imports=opsets,
                          producer_name="multidev", ir_version=h.find_min_ir_version_for(opsets))
+    if classes:
+        h.set_model_props(model, {"classes": json.dumps(list(classes))})
     try:
         onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:

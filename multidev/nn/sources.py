@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import traceback
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from multidev.errors import MultidevError
+from multidev.errors import MultidevError, UserCodeError
 from multidev.nn.graph import Graph
 from multidev.nn.zoo import ZOO
 
@@ -41,8 +42,11 @@ def check(value: Any) -> Model:
         return value.graph()
     if not isinstance(value, str):
         raise MultidevError(f"model must be {FORMS}, or a multidev.nn definition; got {type(value).__name__}")
-    if value.lstrip().startswith("{"):
-        return Graph.from_dict(json.loads(value))  # a definition handed to a worker as data
+    if value.lstrip().startswith("{"):  # a definition handed to a worker as data
+        try:
+            return Graph.from_dict(json.loads(value))
+        except ValueError as e:
+            raise MultidevError(f"--model's definition is not JSON ({e}): give {FORMS}") from None
     if value in ZOO:
         return value
     path, sep, function = value.rpartition(":")
@@ -87,21 +91,43 @@ def definition(value: Optional[Model]) -> Graph:
     if value.endswith(".json"):
         try:
             return Graph.from_dict(json.loads(_file(value).read_text()))
+        except MultidevError as e:
+            raise MultidevError(f"{value}: {e}") from None
         except (ValueError, KeyError, TypeError) as e:
             raise MultidevError(f"{value} is not a multidev model definition ({e})") from None
     return _call(value)
 
 
+def _where(error: BaseException, path: str) -> str:
+    """``net.py line 3`` for the deepest line of the user's file in ``error``'s traceback (or its syntax error)."""
+    file = Path(path).expanduser().resolve()
+    if isinstance(error, SyntaxError) and error.lineno and Path(error.filename or "") == file:
+        return f"{path} line {error.lineno}"
+    lines = [f.lineno for f in traceback.extract_tb(error.__traceback__) if Path(f.filename) == file]
+    return f"{path} line {lines[-1]}" if lines else path
+
+
+def _user_code(path: str, run: Any) -> Any:
+    """``run()``, which runs the user's file: an error there becomes one line naming the file and line."""
+    try:
+        return run()
+    except MultidevError as e:  # multidev's own check of what the code asked for: its words, and where
+        raise MultidevError(f"{_where(e, path)}: {e}") from None
+    except Exception as e:  # the user's code: a bug of theirs, said where it is
+        reason = e.msg if isinstance(e, SyntaxError) else str(e)
+        raise UserCodeError(f"{_where(e, path)}: {type(e).__name__}: {reason}") from None
+
+
 def _call(value: str) -> Graph:
     path, _, function = value.rpartition(":")
-    spec = importlib.util.spec_from_file_location(f"multidev_user_model_{abs(hash(path))}", _file(path))
+    spec = importlib.util.spec_from_file_location(f"multidev_user_model_{abs(hash(path))}", _file(path).resolve())
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    _user_code(path, lambda: spec.loader.exec_module(module))  # type: ignore[union-attr]
     build = getattr(module, function, None)
     if not callable(build):
         raise MultidevError(f"{path} has no function {function}: define {function}() returning a multidev.nn model")
-    made = build()
+    made = _user_code(path, build)
     if not (hasattr(made, "graph") and callable(made.graph)):
         raise MultidevError(f"{value} returned {type(made).__name__}, not a multidev.nn definition "
                             f"(nn.Sequential, nn.Model, ...)")
-    return made.graph()
+    return _user_code(path, made.graph)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Optional
 
@@ -51,8 +52,8 @@ def _arrays(path: Path, only: Optional[str] = None) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as archive:
             return {name: archive[name] for name in archive.files if only is None or name == only}
     except FileNotFoundError:
-        raise MultidevError(f"checkpoint {path} does not exist: check the path given to --resume") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise MultidevError(f"checkpoint {path} does not exist: check its path") from None
+    except (OSError, ValueError, zipfile.BadZipFile, zlib.error, EOFError) as exc:
         raise MultidevError(f"checkpoint {path} is unreadable ({exc}): use another checkpoint") from None
 
 
@@ -63,7 +64,7 @@ def _meta(path: Path, arrays: dict[str, np.ndarray]) -> tuple[ModelSpec, dict[st
     except (KeyError, ValueError, AttributeError):
         match = None
     if match is None:
-        raise MultidevError(f"{path} is not a multidev checkpoint: give --resume a file that --checkpoint wrote")
+        raise MultidevError(f"{path} is not a multidev checkpoint: give a file that --checkpoint wrote")
     if int(match.group(1)) > VERSION:
         raise MultidevError(f"{path} was written by a newer multidev (format {match.group(1)}; this one reads "
                             f"{VERSION}): upgrade multidev to resume from it")
@@ -72,14 +73,28 @@ def _meta(path: Path, arrays: dict[str, np.ndarray]) -> tuple[ModelSpec, dict[st
     return ModelSpec(meta["model"], tuple(meta["in_shape"]), int(meta["num_classes"]), graph), meta
 
 
+def is_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` is a file multidev wrote as a checkpoint (any version): one that may be written over."""
+    try:
+        _meta(Path(path), _arrays(Path(path), META))
+    except MultidevError:
+        return False
+    return True
+
+
 def spec_of(path: str | Path) -> ModelSpec:
     """The model a checkpoint holds (its definition, input shape and classes), without reading its arrays."""
     return _meta(Path(path), _arrays(Path(path), META))[0]
 
 
+def meta_of(path: str | Path) -> dict[str, Any]:
+    """What a checkpoint says of its run (epoch, seed, recipe, settings, ...), without reading its arrays."""
+    return _meta(Path(path), _arrays(Path(path), META))[1]
+
+
 def resumes_at(path: str | Path) -> tuple[int, int]:
     """(epoch, step): where a run resumed from this checkpoint goes on (step 0: the epoch's start)."""
-    meta = _meta(Path(path), _arrays(Path(path), META))[1]
+    meta = meta_of(path)
     position = meta.get("position")
     return (int(position["epoch"]), int(position["step"])) if position else (int(meta["epoch"]) + 1, 0)
 

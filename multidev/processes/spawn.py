@@ -56,7 +56,8 @@ def cause(failures: Sequence[tuple[int, int]]) -> tuple[int, int]:
 def job_failed(what: str, code: int) -> MultidevError:
     """The one line a launcher ends a job with when ``what`` ended with exit ``code`` (negative: a signal)."""
     own = " (its own error line is above)" if code >= 0 else ""
-    return MultidevError(f"{what} {how(code)}{own}: the job was stopped (a checkpoint on disk is whole: --resume it)")
+    return MultidevError(f"{what} {how(code)}{own}: the job was stopped (a checkpoint it saved, if any, is whole: "
+                         f"--resume it)")
 
 
 def worker_failed(rank: int, code: int) -> MultidevError:

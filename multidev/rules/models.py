@@ -76,7 +76,12 @@ class ModelSpec:
         if self.graph.weights is not None:
             state = {p.name: np.asarray(self.graph.weights[p.name], np.float32) for p in self._params
                      if p.name in self.graph.weights}
-            self.check(state)
+            try:
+                self.check(state)
+            except MultidevError as e:
+                raise MultidevError(f"{self.graph.source or 'the definition'}'s weights were made for other inputs "
+                                    f"than {self.in_shape} with {self.num_classes} classes ({e}): give data of the "
+                                    f"shape and classes it was made for") from None
             return state
         rng = np.random.default_rng(seed)
         state: State = {}

@@ -98,8 +98,13 @@ class Schedule:
 
 
 def parse_milestones(text: str | Sequence[int]) -> tuple[int, ...]:
+    if isinstance(text, int) and not isinstance(text, bool):
+        return (text,)  # one milestone, given as a number
     if not isinstance(text, str):
-        return tuple(text)
+        try:
+            return tuple(text)
+        except TypeError:
+            raise MultidevError(f"milestones must be epochs, e.g. (5, 8) or '5,8'; got {text!r}") from None
     try:
         return tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:

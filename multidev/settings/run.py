@@ -65,7 +65,10 @@ def _betas(value: object) -> tuple[float, ...]:
             raise MultidevError(f"--betas takes two numbers separated by a comma, e.g. 0.9,0.999; "
                                 f"got {value!r}") from None
         return (b1, b2)
-    return tuple(value)  # type: ignore[arg-type]
+    try:
+        return tuple(float(b) for b in value)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise MultidevError(f"betas takes two numbers, e.g. (0.9, 0.999); got {value!r}") from None
 
 
 def _model(value: object) -> Any:
@@ -73,22 +76,35 @@ def _model(value: object) -> Any:
 
 
 def _dataset(value: object) -> Union[str, Dataset]:
-    if isinstance(value, Dataset) or value in DATASETS:
-        return value  # type: ignore[return-value]
-    if isinstance(value, (str, Path)) and str(value).endswith(".npz"):
+    if isinstance(value, Dataset):
+        return value
+    if not isinstance(value, (str, Path)):  # never the value itself in the line: it may be arrays of millions
+        raise MultidevError(f"dataset got a {type(value).__name__}: wrap your arrays as multidev.data.arrays(x_train, "
+                            f"y_train, x_test, y_test), or give a data set's name or path")
+    if value in DATASETS:
+        return str(value)
+    if str(value).endswith(".npz"):
         if not Path(value).is_file():
             raise MultidevError(f"data file {value} does not exist")
         return str(value)
-    if isinstance(value, (str, Path)) and Path(value).is_dir():
+    if Path(value).is_dir():
         return str(value)
-    if isinstance(value, Path) or (isinstance(value, str) and ("/" in value or "\\" in value)):
+    if Path(value).is_file():
+        raise MultidevError(f"data {value} is a file: give a .npz file, or the folder that holds it (README: Your "
+                            f"data)")
+    if isinstance(value, Path) or "/" in value or "\\" in value:
         raise MultidevError(f"data folder {value} does not exist")
-    raise MultidevError(f"unknown data set {value!r}: give {', '.join(DATASETS)}, a .npz file, a folder (README: "
-                        f"Your data), or (in Python) multidev.data.arrays(...)")
+    raise MultidevError(f"unknown data set {value!r} (nor a folder or file here): give {', '.join(DATASETS)}, a .npz "
+                        f"file, a folder (README: Your data), or (in Python) multidev.data.arrays(...)")
 
 
 def _weights(value: object) -> Optional[tuple[float, ...]]:
-    return None if value is None else tuple(float(w) for w in value)  # type: ignore[union-attr]
+    if value is None:
+        return None
+    try:
+        return tuple(float(w) for w in value)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise MultidevError(f"shard_weights takes one number per device, e.g. (1, 2); got {value!r}") from None
 
 
 def _commas(values: tuple) -> str:
@@ -142,7 +158,8 @@ class Settings:
                               type=int, check=_positive("batch size"))
     lr: float = setting(0.1, "--lr", "learning rate (the schedule's base rate)", type=float, check=_learning_rate,
                         text=repr)
-    seed: int = setting(0, "--seed", "initial weights and data order", type=int)
+    seed: int = setting(0, "--seed", "initial weights and data order", type=int,
+                        check=lambda v: whole_number(v, "seed", 0))
     batchnorm: str = setting("local", "--batchnorm", "local: per-device statistics, as in the book; sync: the "
                              "whole minibatch's", choices=BATCHNORM_MODES, check=check_batchnorm)
     dtype: str = setting("float32", "--dtype", "float64 (engines that claim it): the truth that float32 runs are "
@@ -202,8 +219,8 @@ class Settings:
                                   agree=False, commands=("train",), group=OUTPUT)
     progress: bool = setting(False, "--no-progress", "progress bars (on by default on the command line; "
                              "--no-progress: none)", agree=False, cli_default=True, group=OUTPUT)
-    prefetch: bool = setting(True, "--no-prefetch", "place the next minibatch during the step before (--no-prefetch: "
-                             "when its own step starts)", agree=False)
+    prefetch: bool = setting(True, "--no-prefetch", "placing the next minibatch during the step before (the default; "
+                             "--no-prefetch: placing each when its own step starts)", agree=False)
     shard_weights: Optional[tuple[float, ...]] = setting(
         None, None, "rows per device in proportion to these (one process; checked against the devices)",
         check=_weights)

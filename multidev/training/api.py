@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any, Optional
 
 from multidev.engines.protocol import Backend
 from multidev.engines.registry import load_backend
 from multidev.errors import MultidevError
+from multidev.outputs.paths import check_paths
 from multidev.outputs.result import Result
 from multidev.processes.faults import JobStopped, resumes_at
 from multidev.processes.group import Joined, from_environment
@@ -15,7 +17,7 @@ from multidev.settings import fields
 from multidev.settings.run import AUTO, DEFAULTS, Settings, described
 from multidev.training.interrupt import Interrupted
 from multidev.training.resume import check_unfinished, starting_point
-from multidev.training.run import OnEpoch, run_here, run_in_group
+from multidev.training.run import OnEpoch, check_inputs, run_here, run_in_group
 
 __all__ = ["DEFAULTS", "train"]
 
@@ -28,6 +30,7 @@ def _launched(engine: Backend, s: Settings, joined: Optional[Joined], on_epoch: 
                             f"by a launcher): drop --processes and --nnodes")
     if s.resume not in (None, AUTO):  # one line here, not one from each worker
         check_unfinished(s.resume, s.epochs)
+    check_inputs(s, s.device_count * s.launch.size)
     from multidev.processes.workers import launch_train
     try:
         result = launch_train(engine, s)
@@ -36,6 +39,15 @@ def _launched(engine: Backend, s: Settings, joined: Optional[Joined], on_epoch: 
     for record in result.epochs if on_epoch is not None else []:
         on_epoch(record)
     return result
+
+
+def _check_paths(s: Settings) -> None:
+    """The run's outputs, checked against each other and the files it reads, before anything trains."""
+    model = s.model.rpartition(":")[0] if isinstance(s.model, str) and ".py:" in s.model else s.model
+    read = {"--dataset": s.dataset, "--model": model, "--resume": None if s.resume == AUTO else s.resume}
+    inputs = {flag: path for flag, path in read.items() if isinstance(path, str) and Path(path).is_file()}
+    check_paths({"--checkpoint": s.checkpoint, "--json": s.json, "--plot": s.plot}, {"--trace": s.trace}, inputs,
+                checkpoint="--checkpoint")
 
 
 def _write(result: Result, s: Settings) -> None:
@@ -74,6 +86,8 @@ def train(backend: str | Backend | None = None, *, settings: Optional[Settings] 
     s = (settings or Settings()).replace(**kwargs)
     engine = load_backend(s.backend) if isinstance(s.backend, str) else s.backend
     joined = from_environment()
+    if joined is None or joined.group.rank == 0:  # the process that writes the outputs
+        _check_paths(s)
     if s.launch.size > 1:
         result = _launched(engine, s, joined, on_epoch)
         if s.node_rank == 0 and s.plot is not None and result.epochs:

@@ -28,8 +28,8 @@ class Interrupted(KeyboardInterrupt):
         if checkpoint is None:
             message = f"{where}: nothing saved (train with --checkpoint PATH to keep the work done)"
         else:
-            message = (f"{where}: checkpoint saved to {checkpoint}; --resume {checkpoint} (or the same command with "
-                       f"--resume auto) to continue")
+            message = (f"{where}: checkpoint saved to {checkpoint}; the same command with --resume {checkpoint} (or "
+                       f"--resume auto) continues it")
         super().__init__(message)
 
 

@@ -3,7 +3,10 @@ after a fault, from the checkpoint its job wrote (contract: Restarts)."""
 
 from __future__ import annotations
 
+import json
+import warnings
 from pathlib import Path
+from typing import Any
 
 from multidev.errors import MultidevError
 from multidev.outputs import checkpoint as ckpt
@@ -31,3 +34,32 @@ def starting_point(s: Settings) -> Settings:
     if s.resume is not None:
         check_unfinished(s.resume, s.epochs)
     return s
+
+
+#: what a run's answer depends on besides its model, recipe and seed (which a resume takes or checks already)
+SAME_RUN = ("dataset", "batch_size", "lr", "batchnorm", "dtype", "augment", "normalize", "layout", "image_size",
+            "color")
+
+
+class OtherSettingsWarning(UserWarning):
+    """A run resumed with other settings than its checkpoint's run: it trains on, but not as that run would."""
+
+
+def run_settings(s: Settings, data_name: str) -> dict[str, Any]:
+    """What a checkpoint keeps of its run's settings (as JSON data), to tell a resume that changes them."""
+    kept = {name: value for name, value in s.to_dict().items() if name in SAME_RUN}
+    return json.loads(json.dumps({**kept, "dataset": data_name}, default=str))
+
+
+def check_same_run(s: Settings, data_name: str, meta: dict[str, Any], path: str, say: bool) -> None:
+    """One line where a resume's settings are not its checkpoint's run's (a mid-epoch one at another batch size
+    cannot go on at all: its position counts that size's steps); checkpoints from before they were kept: none."""
+    saved, now = meta.get("settings") or {}, run_settings(s, data_name)
+    changed = [name for name in SAME_RUN if name in saved and saved[name] != now[name]]
+    if meta.get("position") and "batch_size" in changed:
+        raise MultidevError(f"checkpoint {path} stopped mid-epoch at batch size {saved['batch_size']}: resume "
+                            f"with --batch-size {saved['batch_size']}")
+    if changed and say:
+        said = ", ".join(f"{name.replace('_', ' ')} {now[name]} (it had {saved[name]})" for name in changed)
+        warnings.warn(f"resuming {path} with other settings than its run: {said}; it trains on, but not as that "
+                      f"run would have: give its flags to go on exactly", OtherSettingsWarning, stacklevel=2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from multidev.engines.capabilities import check_claims
 from multidev.engines.cpu import native_bf16
 from multidev.engines.protocol import Backend, Replicas, Setup, replicate
 from multidev.engines.registry import engine_version
-from multidev.errors import MultidevError, PeerLost
+from multidev.errors import MultidevError, PeerLost, UserCodeError
 from multidev.nn import sources
 from multidev.outputs import checkpoint as ckpt
 from multidev.outputs.result import EpochRecord, Result
@@ -29,6 +29,7 @@ from multidev.settings.recipe import Recipe
 from multidev.settings.run import Settings
 from multidev.training.evaluate import evaluate
 from multidev.training.interrupt import Interrupted, StopFlag, stop_at_step_boundary
+from multidev.training.resume import check_same_run, run_settings
 from multidev.training.loop import Epoch, Position, Stopped, steps_per_epoch, train_epoch
 from multidev.training.rhythm import Rhythm
 
@@ -47,8 +48,9 @@ class Start:
     optimizer_state: Optional[State] = None
 
 
-def resume_from(s: Settings, spec: ModelSpec) -> Start:
-    """The checkpoint ``s.resume`` as a start, checked against this run's model and optimizer."""
+def resume_from(s: Settings, spec: ModelSpec, data_name: str, say: bool = True) -> Start:
+    """The checkpoint ``s.resume`` as a start, checked against this run's model, optimizer and settings (``say``:
+    this process says where they differ)."""
     saved_spec, state, meta = ckpt.load(s.resume)
     if saved_spec != spec:
         raise MultidevError(f"checkpoint {s.resume} holds {saved_spec.name} for {saved_spec.in_shape}, "
@@ -57,6 +59,7 @@ def resume_from(s: Settings, spec: ModelSpec) -> Start:
     if saved.optimizer != s.recipe.optimizer:
         raise MultidevError(f"checkpoint {s.resume} was trained with {saved.label() or 'plain sgd'}, this run "
                             f"asks for {s.recipe.label() or 'plain sgd'}: resume with the same optimizer settings")
+    check_same_run(s, data_name, meta, s.resume, say)
     start = Start(state, int(meta["seed"]), int(meta["epoch"]) + 1,
                   [EpochRecord(**e) for e in meta.get("history", [])],
                   optimizer_state=ckpt.load_optimizer_state(s.resume) if not s.recipe.optimizer.plain else None)
@@ -99,7 +102,15 @@ class Training:
         extra = self.replicas.optimizer_state() if stateful else {}  # type: ignore[attr-defined]
         ckpt.save(s.checkpoint, self.spec, self.replicas.state(), epoch=epoch, seed=self.seed,
                   backend=self.engine.name, history=[vars(e) for e in self.result.epochs],
-                  position=vars(position) if position else None, recipe=s.recipe.settings(), optimizer_state=extra)
+                  position=vars(position) if position else None, recipe=s.recipe.settings(), optimizer_state=extra,
+                  settings=run_settings(s, self.data.name), **self.inputs())
+
+    def inputs(self) -> dict[str, Any]:
+        """What a checkpoint says of the model's input, for whoever serves it: the classes' names and the
+        normalisation the run applied (``multidev export`` writes it into the ONNX file)."""
+        t = self.transforms
+        normalize = None if t.mean is None else {"mean": t.mean.tolist(), "std": t.std.tolist()}  # type: ignore
+        return {"classes": list(self.data.classes) if self.data.classes else None, "normalization": normalize}
 
     def on_step(self, epoch: int) -> Callable[[Position, bool], None]:
         """After each update: the trace's steps, and a mid-epoch checkpoint when ``checkpoint_every`` says so."""
@@ -164,13 +175,30 @@ def dataset_of(s: Settings, devices: int, progress: bool = False) -> Dataset:
     if len(data.x_train) < devices:
         raise MultidevError(f"{data.name} has {len(data.x_train)} training samples for {devices} devices: give "
                             f"more data or use fewer devices")
+    if data.num_classes < 2:
+        raise MultidevError(f"{data.name} has one class: a classifier learns to tell two or more apart; give samples "
+                            f"of another class")
     return data
+
+
+def check_inputs(s: Settings, devices: int) -> None:
+    """The run's data and model, read and built once before other processes start: a mistake in them is one
+    line here, not one (or a traceback) from each process. A resumed run's model is the checkpoint's, checked
+    by the workers (another machine's checkpoint may not be here)."""
+    data = dataset_of(s, devices)
+    if s.model is not None or s.resume is None:
+        model_spec(s, data)
 
 
 def model_spec(s: Settings, data: Dataset) -> ModelSpec:
     """The run's model for ``data``: the one named, or when resuming without ``--model`` the checkpoint's."""
     if s.model is None and s.resume is not None:
         saved = ckpt.spec_of(s.resume)
+        if (saved.in_shape, saved.num_classes) != (tuple(data.shape), data.num_classes):
+            trained_on = (ckpt.meta_of(s.resume).get("settings") or {}).get("dataset")
+            raise MultidevError(f"checkpoint {s.resume} was trained on {trained_on or 'data'} of shape "
+                                f"{saved.in_shape} with {saved.num_classes} classes; {data.name} has {data.shape} "
+                                f"with {data.num_classes}: resume on the data it was trained on (--dataset)")
         return ModelSpec(saved.name, data.shape, data.num_classes, saved.graph)
     return ModelSpec(sources.label(s.model), data.shape, data.num_classes, sources.definition(s.model))
 
@@ -197,7 +225,7 @@ def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch =
         shard_sizes(0, len(chosen) * job.group.size, s.shard_weights)  # validates the weights up front
     data = dataset_of(s, len(chosen) * job.group.size, progress=s.progress and job.writer)
     spec = model_spec(s, data)
-    start = resume_from(s, spec) if s.resume is not None else Start(spec.init(s.seed), s.seed)
+    start = resume_from(s, spec, data.name, job.writer) if s.resume is not None else Start(spec.init(s.seed), s.seed)
     setup = Setup(spec, tuple(chosen), s.batchnorm, s.dtype, job.group, optimizer=s.recipe.optimizer,
                   accumulate=s.accumulate, precision=s.precision, tf32=s.tf32)
     s.recipe.schedule.check(steps_per_epoch(data, s), s.epochs)
@@ -232,7 +260,7 @@ def run_in_group(engine: Backend, joined: Joined, s: Settings, on_epoch: OnEpoch
         # and leaving waits for them (JAX's shutdown barrier: 5 minutes, then SIGABRT, the error unsaid). A job's
         # worker ends at once instead (multidev/__main__.py) and its launcher stops the others. Signals and
         # multidev's errors come to every rank at the same step (a diverged loss): they leave together.
-        alone = isinstance(exc, PeerLost) or not isinstance(exc, (KeyboardInterrupt, MultidevError))
+        alone = isinstance(exc, (PeerLost, UserCodeError)) or not isinstance(exc, (KeyboardInterrupt, MultidevError))
         if not (alone and _ENDS_AT_ONCE):
             engine.leave()  # type: ignore[attr-defined]
         raise

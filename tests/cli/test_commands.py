@@ -76,9 +76,9 @@ BAD = {
                                           "path/net.py:function, net.onnx or net.json"),
     "missing model file": (["--model", "nowhere/net.py:build"], "model file nowhere/net.py does not exist: give "
                            "resnet18, lenet, mlp, convnet, path/net.py:function, net.onnx or net.json"),
-    "unknown data set": (["--dataset", "cifar"], "unknown data set 'cifar': give digits, fashion-mnist, cifar-10, "
-                                                 "synthetic, a .npz file, a folder (README: Your data), or (in "
-                                                 "Python) multidev.data.arrays(...)"),
+    "unknown data set": (["--dataset", "cifar"], "unknown data set 'cifar' (nor a folder or file here): give digits, "
+                                                 "fashion-mnist, cifar-10, synthetic, a .npz file, a folder (README: "
+                                                 "Your data), or (in Python) multidev.data.arrays(...)"),
     "missing data folder": (["--dataset", "nowhere/photos/"], "data folder nowhere/photos/ does not exist"),
     "missing data file": (["--dataset", "nowhere/set.npz"], "data file nowhere/set.npz does not exist"),
     "unknown engine": (["--backend", "nope"], re.compile(r"unknown backend 'nope': choose one of [a-z, ]*torch.*")),
@@ -88,7 +88,8 @@ BAD = {
     "unwritable plot": (["--plot", "/proc/forbidden/curve.png"],
                         "--plot /proc/forbidden/curve.png: folder /proc/forbidden does not exist or is not writable"),
     "missing checkpoint": (["--resume", "/nonexistent/c.npz"],
-                           "checkpoint /nonexistent/c.npz does not exist: check the path given to --resume"),
+                           "checkpoint /nonexistent/c.npz does not exist: check its path"),
+    "negative seed": (["--seed", "-1"], "seed must be a whole number of 0 or more, got -1"),
     "devices and gpus": (["--devices", "2", "--gpus", "2"],
                          "argument --gpus: not allowed with argument --devices (see `multidev train --help`)"),
     "bad device name": (["--devices", "tpu:0"], "bad device name 'tpu:0': write kind:index, e.g. cpu:0 or gpu:1"),
@@ -116,6 +117,63 @@ def assert_clear_error(proc, what, line):
 def test_bad_input_is_one_clear_line(what):
     argv, line = BAD[what]
     assert_clear_error(run("train", "--epochs", "1", "--no-progress", *argv), what, line)
+
+
+def _files(folder):
+    """A user's folder: a data set, a checkpoint of another run, a foreign .npz, and a model with a typo."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    np.savez(folder / "d.npz", x_train=rng.random((16, 4), np.float32), y_train=np.arange(16) % 2)
+    np.savez(folder / "one.npz", x_train=rng.random((16, 4), np.float32), y_train=np.zeros(16, np.int64))
+    np.savez(folder / "mine.npz", weights=np.ones(3))
+    np.save(folder / "x_train.npy", np.zeros((4, 4), np.float32))
+    (folder / "cut.npz").write_bytes((folder / "d.npz").read_bytes()[:200])
+    (folder / "net.py").write_text("from multidev import nn\ndef build()\n    return nn.Sequential(nn.Dense())\n")
+    (folder / "notes.txt").write_text("mine")
+
+
+#: A mistake about files: (flags, the one line); every file in the folder is as it was after it
+FILES = {
+    "an output over the data": (["--dataset", "d.npz", "--checkpoint", "d.npz"],
+                                "--checkpoint d.npz is also --dataset's file: writing it would replace it; give "
+                                "another file name"),
+    "two outputs on one file": (["--checkpoint", "c.npz", "--json", "c.npz"],
+                                "--json c.npz is also --checkpoint's file: give each output a file of its own"),
+    "a checkpoint over a foreign file": (["--checkpoint", "mine.npz"],
+                                         "--checkpoint mine.npz exists and is not a multidev checkpoint: give "
+                                         "another file name, or move that file away"),
+    "a trace folder that is a file": (["--trace", "notes.txt"], "--trace notes.txt is a file: give a folder"),
+    "a data file for its folder": (["--dataset", "x_train.npy"], "data x_train.npy is a file: give a .npz file, "
+                                   "or the folder that holds it (README: Your data)"),
+    "a cut .npz": (["--dataset", "cut.npz"], re.compile(r"cut\.npz is not a readable \.npz file \(.+\): write it "
+                                                        r"again with numpy\.savez")),
+    "one class": (["--dataset", "one.npz"], "one has one class: a classifier learns to tell two or more apart; "
+                                            "give samples of another class"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(FILES))
+def test_a_mistake_about_files_is_one_line_and_loses_nothing(tmp_path, fake, what):
+    argv, line = FILES[what]
+    _files(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    argv = [*argv, "--dataset", "d.npz"] if "--dataset" not in argv else argv
+    proc = subprocess.run([sys.executable, "-m", "multidev", "train", "--backend", "fake", "--model", "mlp",
+                           "--epochs", "1", "--no-progress", *argv], capture_output=True, text=True, timeout=600,
+                          env=fake, cwd=tmp_path)
+    assert_clear_error(proc, what, line)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_an_error_in_the_users_model_file_is_one_line_naming_it(tmp_path, fake):
+    """The user's code failed, not a check of multidev's: Python's exit code 1, the file, the line and the error."""
+    _files(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "multidev", "train", "--backend", "fake", "--model", "net.py:build",
+                           "--dataset", "d.npz", "--epochs", "1", "--no-progress"], capture_output=True, text=True,
+                          timeout=600, env=fake, cwd=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == ["multidev: error: net.py line 2: SyntaxError: expected ':'"]
 
 
 def test_corrupt_data_file(tmp_path):

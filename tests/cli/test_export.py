@@ -1,5 +1,7 @@
 """``multidev export CHECKPOINT --onnx OUT``: the trained model for inference, with the engine's logits."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,11 @@ def test_export_runs_in_onnxruntime_with_the_trained_logits(tmp_path, capsys):
                         nn.Residual(nn.Conv2d(4, 3, padding=1), nn.GELU()), nn.MaxPool2d(2), nn.Dropout(0.3),
                         nn.Flatten(), nn.Dense())
     train(FakeEngine(), model=net, dataset=data, epochs=1, batch_size=8, checkpoint=tmp_path / "ck.npz")
+    before = (tmp_path / "ck.npz").read_bytes()
+    assert main(["export", str(tmp_path / "ck.npz"), "--onnx", str(tmp_path / "ck.npz")]) == 2
+    assert capsys.readouterr().err == (f"multidev: error: --onnx {tmp_path / 'ck.npz'} is also the checkpoint to "
+                                       f"export: writing it would replace it; give another file name\n")
+    assert (tmp_path / "ck.npz").read_bytes() == before
     assert main(["export", str(tmp_path / "ck.npz"), "--onnx", str(tmp_path / "net.onnx")]) == 0
     assert "wrote" in capsys.readouterr().out
     spec, state, _ = ckpt.load(tmp_path / "ck.npz")
@@ -33,3 +40,32 @@ def test_export_runs_in_onnxruntime_with_the_trained_logits(tmp_path, capsys):
 def test_export_of_a_missing_checkpoint_is_one_line(tmp_path, capsys):
     assert main(["export", str(tmp_path / "none.npz"), "--onnx", str(tmp_path / "x.onnx")]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_export_carries_the_runs_normalisation_and_the_class_names(tmp_path, capsys):
+    """An image folder trained with --normalize auto: the file takes the images as multidev reads them (pixels
+    / 255) and normalises them itself, and names the classes in logit order."""
+    from PIL import Image
+
+    from multidev.data import load_dataset
+    from multidev.data.transforms import Transforms
+
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(["cat", "dog", "eel"]):
+        (tmp_path / "pics" / name).mkdir(parents=True)
+        for i in range(6):
+            pixels = np.clip(rng.normal(60 + 60 * c, 30, (8, 8, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "pics" / name / f"{i}.png")
+    train(FakeEngine(), model="mlp", dataset=str(tmp_path / "pics"), epochs=1, batch_size=4, normalize="auto",
+          checkpoint=tmp_path / "ck.npz")
+    assert main(["export", str(tmp_path / "ck.npz"), "--onnx", str(tmp_path / "net.onnx")]) == 0
+    assert "classes, logit 0 first: cat, dog, eel" in capsys.readouterr().out
+    data = load_dataset(str(tmp_path / "pics"))
+    x = np.asarray(data.x_test[np.arange(len(data.x_test))], np.float32)
+    session = ort.InferenceSession(str(tmp_path / "net.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = session.run(["logits"], {"input": x})
+    spec, state, _ = ckpt.load(tmp_path / "ck.npz")
+    normalized = Transforms.of((), "auto", data.x_train).test(data.x_test)
+    want = reference.predict(spec, state, np.asarray(normalized[np.arange(len(x))], np.float32), np.float32)
+    assert np.abs(got - want).max() <= 1e-5 * max(1.0, np.abs(want).max())
+    assert json.loads(session.get_modelmeta().custom_metadata_map["classes"]) == ["cat", "dog", "eel"]

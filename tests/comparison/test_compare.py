@@ -17,26 +17,32 @@ from multidev.testing.fake import registered
 
 @pytest.fixture
 def fake_installed(tmp_path, monkeypatch) -> None:
-    """This process's environment, and so its children's, with the fake engine installed as ``fake``."""
+    """This process and its children with the fake engine installed as ``fake``."""
     monkeypatch.setenv("PYTHONPATH", registered(tmp_path / "engines")["PYTHONPATH"])
+    monkeypatch.syspath_prepend(str((tmp_path / "engines").resolve()))  # compare checks the engines here first
 
 
-def test_compare_runs_every_combination_and_reports_failures(tmp_path, fake_installed):
+def test_compare_runs_every_combination_and_reports_failures(tmp_path):
+    """An installed engine that fails (its framework is missing) is a row of the table; the others still run."""
+    (tmp_path / "engines").mkdir()
+    (tmp_path / "engines" / "brokenengine.py").write_text("import no_such_framework_here\n")
+    env = registered(tmp_path / "engines", {"fake": "multidev.testing.fake:FakeEngine", "broken": "brokenengine:E"})
     out = tmp_path / "cmp"
-    proc = subprocess.run([sys.executable, "-m", "multidev", "compare", "--backends", "fake,nosuchengine",
+    proc = subprocess.run([sys.executable, "-m", "multidev", "compare", "--backends", "fake,broken",
                            "--devices", "1,2", "--model", "lenet", "--dataset", "synthetic", "--epochs", "1",
-                           "--batch-size", "64", "--out", str(out)], capture_output=True, text=True, timeout=600)
+                           "--batch-size", "64", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env=env)
     assert proc.returncode == 0, proc.stderr
     runs = json.loads((out / "results.json").read_text())
     assert [(r["settings"]["backend"], r["settings"]["devices"], r["settings"]["dtype"]) for r in runs] == [
         ("fake", 1, "float64"), ("fake", 2, "float64"), ("fake", 1, "float32"), ("fake", 2, "float32"),
-        ("nosuchengine", 1, "float32"), ("nosuchengine", 2, "float32")]
+        ("broken", 1, "float32"), ("broken", 2, "float32")]
     assert runs[3]["result"]["devices"] == ["cpu:0", "cpu:1"] and runs[3]["error"] is None
-    assert "unknown backend 'nosuchengine'" in runs[4]["error"] and runs[4]["result"] is None
+    assert "cannot import no_such_framework_here" in runs[4]["error"] and runs[4]["result"] is None
     table = (out / "results.md").read_text().splitlines()
     assert table[0].startswith("| run | engine | devices | dtype |") and len(table) == 8
     assert table[2].startswith("| fake x1 float64 | fake | 1 | float64 | 64 |") and table[2].endswith("| truth |  |")
-    assert table[5].startswith("| fake x2 | fake | 2 | float32 | 64 |") and "failed: unknown backend" in table[6]
+    assert table[5].startswith("| fake x2 | fake | 2 | float32 | 64 |") and "failed: the broken engine" in table[6]
     for png in ("accuracy.png", "throughput.png", "divergence.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     # Same seed, same data order, same split rule: one and two devices start from the same weights,
@@ -52,6 +58,33 @@ def test_compare_runs_every_combination_and_reports_failures(tmp_path, fake_inst
         assert divergence["steps"] == [1, 2, 4, 8]
         assert all(1e-12 < d < 0.5 for d in divergence["max"]), divergence
         assert run["verdict"] == "rounding scale (fake float32)"
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--backends", "fake,tensorflow"], "unknown backend 'tensorflow': choose one of "),
+    (["--backends", "fake", "--dataset", "{data}"], "{data} is not a readable .npz file"),
+    (["--backends", "fake", "--model", "{net}:build"], "{net} line 1: ModuleNotFoundError: No module named 'nope'"),
+    (["--backends", "fake", "--timeout", "0"], "timeout must be a positive number of seconds, got 0.0"),
+])
+def test_a_mistake_is_one_line_before_any_run(tmp_path, fake_installed, argv, line):
+    """An unknown engine, unreadable data or a broken model file: one line and exit 2, nothing trained first."""
+    data, net = tmp_path / "broken.npz", tmp_path / "net.py"
+    data.write_bytes(b"PK not a zip")
+    net.write_text("import nope\n")
+    argv = [a.format(data=data, net=net) for a in argv]
+    proc = subprocess.run([sys.executable, "-m", "multidev", "compare", "--devices", "1,2", "--model", "lenet",
+                           "--dataset", "synthetic", "--epochs", "1", *argv, "--out", str(tmp_path / "cmp")],
+                          capture_output=True, text=True, timeout=600)
+    lines = proc.stderr.strip().splitlines()
+    code = 1 if "Error: " in line else 2  # an error of the user's own code: Python's exit code
+    assert proc.returncode == code and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("multidev: error: " + line.format(data=data, net=net)), lines
+    assert not (tmp_path / "cmp" / "results.json").exists()
+
+
+def test_compare_takes_the_engines_as_one_string_too(fake_installed):
+    outcomes = multidev.compare("fake", [1], model="lenet", dataset="synthetic", epochs=1, truth=False)
+    assert [o.spec.engine_name for o in outcomes] == ["fake"] and outcomes[0].error is None
 
 
 def test_divergence_tells_rounding_from_another_definition(tmp_path, fake_installed):

@@ -62,3 +62,21 @@ def test_an_npz_file_without_training_arrays_is_one_line(tmp_path):
     np.savez(tmp_path / "bad.npz", images=np.zeros((2, 3)))
     with pytest.raises(MultidevError, match="holds images; it needs x_train and y_train"):
         npz(tmp_path / "bad.npz")
+
+
+def test_images_whose_last_axis_looks_like_channels_get_a_hint():
+    x, y = np.zeros((10, 16, 16, 3), np.uint8), np.arange(10) % 2
+    with pytest.warns(UserWarning, match=r"x_train has shape \(10, 16, 16, 3\): its last axis looks like colour "
+                                         r"channels; if it is, give layout='NHWC'"):
+        arrays(x, y)
+    assert arrays(x, y, layout="NHWC").shape == (3, 16, 16)
+
+
+def test_image_size_on_arrays_is_refused_rather_than_ignored(tmp_path):
+    from multidev.data import load_dataset
+
+    np.savez(tmp_path / "d.npz", x_train=np.zeros((8, 4), np.float32), y_train=np.arange(8) % 2)
+    for name in ("digits", str(tmp_path / "d.npz")):
+        with pytest.raises(MultidevError, match=f"--image-size is for a folder of images; {re.escape(name)} holds "
+                                                f"arrays"):
+            load_dataset(name, image_size=(28, 28))

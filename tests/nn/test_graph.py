@@ -106,3 +106,19 @@ def test_every_zoo_model_fits_images_and_mlp_fits_features():
     for name, make in nn.ZOO.items():
         assert make().graph().params((1, 28, 28), 10)[-1].shape == (10,), name
     assert nn.mlp().graph().params((20,), 3)[0].shape == (256, 20)
+
+
+@pytest.mark.parametrize("damage, line", [
+    (lambda d: d["nodes"][1].update(inputs=["nope"]), "node 'fc1' takes 'nope', not a node before it"),
+    (lambda d: d["nodes"][0].pop("args"), "node 0 of the model definition is not a layer's name, layer, args"),
+    (lambda d: d.update(format="x"), "not a multidev model definition (format 'x')"),
+])
+def test_a_damaged_definition_file_is_one_line(tmp_path, damage, line):
+    from multidev.nn import sources
+
+    data = nn.Sequential(nn.Flatten(), nn.Dense(8), nn.Dense()).graph().to_dict()
+    damage(data)
+    (tmp_path / "net.json").write_text(json.dumps(data))
+    with pytest.raises(MultidevError) as caught:
+        sources.definition(str(tmp_path / "net.json"))
+    assert str(caught.value).startswith(f"{tmp_path / 'net.json'}: {line}"), caught.value

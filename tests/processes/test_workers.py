@@ -15,7 +15,7 @@ def test_the_launcher_refuses_what_the_workers_could_not_run():
     """One line before any worker starts (the fake engine has no launcher: reaching it would fail otherwise)."""
     with pytest.raises(MultidevError, match="does not offer sync_batchnorm_processes: use batchnorm='local' with "
                                             "processes"):
-        multidev.train(SyncInOneProcessOnly(), model="lenet", dataset="digits", batchnorm="sync", processes=2)
+        multidev.train(SyncInOneProcessOnly(), model="mlp", dataset="digits", batchnorm="sync", processes=2)
 
 
 @pytest.mark.slow

@@ -127,10 +127,21 @@ def test_train_signature_lists_every_setting():
     ({"devices": 0}, "devices must be at least 1, got 0"),
     ({"node_rank": 2, "nnodes": 2}, "--node-rank 2 with --nnodes 2: number the machines 0 to 1"),
     ({"master": "nohost"}, "--master 'nohost': write HOST:PORT"),
+    ({"seed": -1}, "seed must be a whole number of 0 or more, got -1"),
+    ({"seed": 1.5}, "seed must be a whole number of 0 or more, got 1.5"),
+    ({"betas": 0.9}, "betas takes two numbers, e.g. (0.9, 0.999); got 0.9"),
+    ({"milestones": 5.5}, "milestones must be epochs, e.g. (5, 8) or '5,8'; got 5.5"),
+    ({"shard_weights": "a,b"}, "shard_weights takes one number per device, e.g. (1, 2); got 'a,b'"),
+    ({"dataset": (list(range(1000)), [0])}, "dataset got a tuple: wrap your arrays as multidev.data.arrays("),
+    ({"image_size": 100000}, "--image-size takes a size of 1 to 4096"),
 ])
 def test_a_bad_setting_is_one_line_when_made(kwargs, line):
     with pytest.raises(MultidevError, match=line.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         Settings(**kwargs)
+
+
+def test_one_milestone_may_be_a_number():
+    assert Settings(schedule="step", milestones=5).milestones == (5,)
 
 
 def test_settings_are_frozen_and_replace_checks_again():

@@ -104,8 +104,8 @@ def test_signal_mid_epoch_saves_and_resume_equals_uninterrupted(tmp_path, engine
     proc = multidev(again, tmp_path, {39: [int(signum)]})
     assert proc.returncode == 128 + signum, proc.stderr  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
     assert proc.stderr.strip().splitlines() == [
-        f"multidev: interrupted at epoch 2, step 7: checkpoint saved to {stopped}; --resume {stopped} (or the same "
-        f"command with --resume auto) to continue"]
+        f"multidev: interrupted at epoch 2, step 7: checkpoint saved to {stopped}; the same command with --resume "
+        f"{stopped} (or --resume auto) continues it"]
     _, meta = final_state(stopped)
     assert meta["epoch"] == 1 and meta["position"]["epoch"] == 2 and meta["position"]["step"] == 7
     resumed = multidev(again, tmp_path)
@@ -140,7 +140,9 @@ def test_nan_loss_is_caught_at_its_step_and_the_checkpoint_stays_good(tmp_path):
     assert first.returncode == 0, first.stderr
     before = path.read_bytes()
     proc = multidev([*args, "--lr", "1e30", "--resume", str(path)], tmp_path)
-    lines = proc.stderr.strip().splitlines()
+    warning, *lines = proc.stderr.strip().splitlines()
+    assert warning.startswith(f"multidev: warning: resuming {path} with other settings than its run: lr 1e+30 (it "
+                              f"had 0.05)"), warning
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     # step 1's update at a rate of 1e30 leaves weights no loss is finite for: step 2's
     assert re.fullmatch(r"multidev: error: training diverged at epoch 2, step 2 \(the loss is (nan|inf)\): lower the "

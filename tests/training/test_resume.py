@@ -36,6 +36,40 @@ def test_auto_on_a_finished_file_returns_its_history_and_a_named_file_is_refused
         starting_point(Settings(resume=str(saved), **SMALL))
 
 
+def test_a_resume_with_other_settings_says_which_and_goes_on(saved):
+    from multidev.training.resume import OtherSettingsWarning
+
+    run = {**SMALL, "epochs": 2}
+    with pytest.warns(OtherSettingsWarning, match=r"other settings than its run: batch size 32 \(it had 64\), lr "
+                                                  r"0\.05 \(it had 0\.1\); it trains on"):
+        train(FakeEngine(), resume=str(saved), **{**run, "batch_size": 32, "lr": 0.05})
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same settings: not a word
+        train(FakeEngine(), resume=str(saved), **run)
+
+
+def test_a_mid_epoch_checkpoint_resumes_only_at_its_batch_size(tmp_path):
+    from multidev.outputs import checkpoint as ckpt
+    from multidev.training.loop import Position
+
+    path = tmp_path / "mid.npz"
+    train(FakeEngine(), checkpoint=str(path), **SMALL)
+    spec, state, meta = ckpt.load(path)
+    ckpt.save(path, spec, state, **{**meta, "epoch": 0, "history": [],
+                                    "position": vars(Position(1, 1, 0.0, 0, 0.0))})
+    with pytest.raises(MultidevError, match=f"checkpoint {path} stopped mid-epoch at batch size 64: resume with "
+                                            f"--batch-size 64"):
+        train(FakeEngine(), resume=str(path), **{**SMALL, "batch_size": 32})
+
+
+def test_a_resume_on_other_data_names_the_data_it_was_trained_on(saved):
+    with pytest.raises(MultidevError, match=r"checkpoint .* was trained on synthetic of shape \(1, 16, 16\) with 10 "
+                                            r"classes; digits has \(1, 8, 8\) with 10: resume on the data it was "
+                                            r"trained on \(--dataset\)"):
+        train(FakeEngine(), resume=str(saved), **{**SMALL, "model": None, "dataset": "digits", "epochs": 2})
+
+
 def test_auto_needs_a_checkpoint_path():
     with pytest.raises(MultidevError, match="--resume auto needs --checkpoint PATH"):
         Settings(resume="auto")
