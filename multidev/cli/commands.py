@@ -102,7 +102,7 @@ def _export(args: argparse.Namespace) -> int:
     shape = ", ".join(map(str, spec.in_shape))
     print(f"wrote {args.onnx}: {spec.name} after epoch {meta.get('epoch')}; input 'input' float32 (N, {shape}), "
           f"output 'logits' ({spec.num_classes} classes)")
-    scaled = "8-bit images divided by 255 (values 0 to 1), other arrays as they are"
+    scaled = "uint8 values divided by 255 (8-bit images: 0 to 1), other arrays as they are"
     print(f"  input: the samples as multidev reads them: {scaled}" +
           ("; the run's normalisation is inside the file" if normalization else ""))
     if classes:

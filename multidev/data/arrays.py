@@ -90,7 +90,10 @@ def _held_out(x: np.ndarray, y: np.ndarray, fraction: float, seed: int):
 
 
 def class_count(y: np.ndarray, y_test: np.ndarray) -> int:
-    """C, from the labels; one line when the training labels skip a class."""
+    """C, from the labels; one line when the training labels skip a class or the test labels hold one more."""
+    if len(y_test) and y_test.max() > y.max():
+        raise MultidevError(f"the test labels hold class {int(y_test.max())}, the training labels only 0.."
+                            f"{int(y.max())}: a model cannot learn a class it never sees; give training samples of it")
     classes = int(max(y.max(), y_test.max())) + 1
     missing = sorted(set(range(classes)) - set(np.unique(y).tolist()))
     if missing:

@@ -68,8 +68,8 @@ def load_dataset(name: str, data_dir: Optional[str | Path] = None, layout: str =
         npy.is_npy_folder(path) or huggingface.is_saved_dataset(path)))
     if arrays and (image_size is not None or color != "auto"):  # a flag that would change nothing: say so
         flag = "--image-size" if image_size is not None else "--color"
-        raise MultidevError(f"{flag} is for a folder of images; {name} holds arrays: leave {flag} out, or resize "
-                            f"the arrays yourself")
+        raise MultidevError(f"{flag} is for a folder of images; {name} holds arrays: leave {flag} out, and give "
+                            f"the arrays the size and channels the model should see")
     if name in _NAMED:
         return _NAMED[name](data_dir)
     if name.endswith(".npz"):

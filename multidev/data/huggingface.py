@@ -259,4 +259,4 @@ def load(path: str | Path, *, image_column: str = "image", label_column: str = "
                               _label_values(test, label_column, f"{test_where}'s {label_column!r} column"))[held]
     x = Column(train, image_column, rows, layout, f"{where}'s {image_column!r} column", first=0)
     x_test = Column(test, image_column, held, layout, f"{test_where}'s {image_column!r} column", like=x)
-    return Dataset(path.name, x, y, x_test, y_test, _classes(train, label_column, y, y_test))
+    return Dataset(path.resolve().name, x, y, x_test, y_test, _classes(train, label_column, y, y_test))

@@ -160,12 +160,13 @@ def folder(root: str | Path, image_size: Optional[tuple[int, int]] = None, color
         listings = [_listing(root, names)]
     headers = _headers([p for listing in listings for p in listing.paths], progress)
     size, gray = _shape(listings, headers, image_size, color)
+    name = root.resolve().name  # the folder's own name, however the path was written ("." included)
     if split:
         train, test = listings
-        return Dataset(root.name, Images(train.paths, size, gray), train.labels, Images(test.paths, size, gray),
+        return Dataset(name, Images(train.paths, size, gray), train.labels, Images(test.paths, size, gray),
                        test.labels, len(names), tuple(names))
     whole = listings[0]
     rows, held = held_out(len(whole.paths), test_fraction, seed)
     pick = lambda which: [whole.paths[i] for i in which]  # noqa: E731
-    return Dataset(root.name, Images(pick(rows), size, gray), whole.labels[rows], Images(pick(held), size, gray),
+    return Dataset(name, Images(pick(rows), size, gray), whole.labels[rows], Images(pick(held), size, gray),
                    whole.labels[held], len(names), tuple(names))

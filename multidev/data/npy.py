@@ -11,8 +11,10 @@ growing with the set. Labels are small and read whole.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -22,6 +24,8 @@ from multidev.data.rows import Pixels, Taken, check_finite, chunks
 from multidev.errors import MultidevError
 
 NAMES = ("x_train", "y_train", "x_test", "y_test")
+#: the classes' names, where the data set came with them (JSON, in label order)
+CLASSES = "classes.json"
 
 
 def is_npy_folder(path: str | Path) -> bool:
@@ -111,9 +115,10 @@ def folder(path: str | Path, layout: str = "NCHW", *, test_fraction: float = 0.2
         yt = labels(_open(files["y_test"]), len(xt), "y_test")
         if xt.shape[1:] != x.shape[1:]:
             raise MultidevError(f"x_test's samples are {xt.shape[1:]}, x_train's {x.shape[1:]}: give them one shape")
-        return Dataset(root.name, x, y, xt, yt, class_count(y, yt))
+        return Dataset(root.resolve().name, x, y, xt, yt, class_count(y, yt), _classes(root))
     train, test = held_out(len(x), test_fraction, seed)
-    return Dataset(root.name, Taken(x, train), y[train], Taken(x, test), y[test], class_count(y[train], y[test]))
+    return Dataset(root.resolve().name, Taken(x, train), y[train], Taken(x, test), y[test],
+                   class_count(y[train], y[test]), _classes(root))
 
 
 def save_folder(data: Dataset, path: str | Path) -> Path:
@@ -130,4 +135,15 @@ def save_folder(data: Dataset, path: str | Path) -> Path:
             for _, part in chunks(x):
                 f.write(np.ascontiguousarray(part, dtype=np.float32).tobytes())
         np.save(root / f"y_{name}.npy", np.asarray(y, dtype=np.int64))
+    if data.classes:
+        (root / CLASSES).write_text(json.dumps(list(data.classes)))
     return root
+
+
+def _classes(root: Path) -> Optional[tuple[str, ...]]:
+    """The classes' names a saved data set came with (``classes.json``), if any."""
+    try:
+        names = json.loads((root / CLASSES).read_text())
+    except (OSError, ValueError):
+        return None
+    return tuple(str(n) for n in names) if isinstance(names, list) else None

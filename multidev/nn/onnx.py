@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -619,6 +620,26 @@ def _check(graph: Graph, shape: Optional[Shape], features: list[tuple[Any, str, 
                             f"logits (N, classes)")
 
 
+def _without_normalization(onnx, model, path: Path) -> None:
+    """``model`` without the input normalisation ``multidev export`` writes first, said in one warning line.
+
+    multidev.nn has no normalisation layer: the run does it (``--normalize``),
+    so the network after it is what an exported file gives back to train on.
+    """
+    nodes = model.graph.node
+    if len(nodes) < 2 or [n.name for n in nodes[:2]] != ["input.centre", "input.normalize"]:
+        return
+    consts = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    mean, std = (consts[name].ravel().tolist() for name in ("input.mean", "input.std"))
+    normalized = nodes[1].output[0]
+    del nodes[:2]
+    for node in nodes:
+        node.input[:] = ["input" if name == normalized else name for name in node.input]
+    numbers = lambda values: ",".join(f"{v:.6g}" for v in values)  # noqa: E731
+    warnings.warn(f"{path} normalises its input itself; multidev.nn reads the network after that: train it with "
+                  f"--normalize {numbers(mean)}/{numbers(std)} to feed it what it was trained on", stacklevel=3)
+
+
 def from_onnx(path: Union[str, os.PathLike]) -> Graph:
     """The network of an ONNX file as a Graph, with its initializers as ``weights`` and ``source`` the path.
 
@@ -627,6 +648,7 @@ def from_onnx(path: Union[str, os.PathLike]) -> Graph:
     """
     onnx = _onnx()
     model = _load(Path(path))
+    _without_normalization(onnx, model, Path(path))
     reader = _Reader(onnx, model.graph)
     name, layout, shape = _input(model.graph, set(reader.consts))
     reader.values[name] = ("input", layout)

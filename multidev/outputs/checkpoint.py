@@ -74,12 +74,12 @@ def _meta(path: Path, arrays: dict[str, np.ndarray]) -> tuple[ModelSpec, dict[st
 
 
 def is_checkpoint(path: str | Path) -> bool:
-    """Whether ``path`` is a file multidev wrote as a checkpoint (any version): one that may be written over."""
+    """Whether ``path`` is a file multidev wrote as a checkpoint (of any version): one that may be written over."""
     try:
-        _meta(Path(path), _arrays(Path(path), META))
-    except MultidevError:
+        meta = json.loads(_arrays(Path(path), META)[META].tobytes().decode())
+    except (MultidevError, KeyError, ValueError):
         return False
-    return True
+    return isinstance(meta, dict) and re.fullmatch(r"multidev-checkpoint/\d+", str(meta.get("format"))) is not None
 
 
 def spec_of(path: str | Path) -> ModelSpec:

@@ -32,8 +32,10 @@ def _folder(path: Optional[str], flag: str) -> None:
         return
     if Path(path).exists() and not Path(path).is_dir():
         raise MultidevError(f"{flag} {path} is a file: give a folder")
-    parent = next(p for p in Path(path).absolute().parents if p.exists())
-    if not Path(path).exists() and not os.access(parent, os.W_OK):
+    if Path(path).exists():
+        return
+    parent = next((p for p in Path(path).absolute().parents if p.exists()), Path("/"))
+    if not os.access(parent, os.W_OK):
         raise MultidevError(f"{flag} {path}: folder {parent} is not writable")
 
 

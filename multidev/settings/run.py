@@ -307,7 +307,7 @@ class Settings:
         target = Path(folder) / f"data-{id(self.dataset)}" / name
         if not target.exists():
             save_folder(self.dataset, target)
-        return self.replace(dataset=str(target), layout="NCHW")
+        return self.replace(dataset=str(target), layout="NCHW", image_size=None, color="auto")  # read as arrays
 
     def agreement(self) -> dict[str, Any]:
         """What every rank of a job must have been started with alike (paths and outputs may differ)."""

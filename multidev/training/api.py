@@ -86,8 +86,7 @@ def train(backend: str | Backend | None = None, *, settings: Optional[Settings] 
     s = (settings or Settings()).replace(**kwargs)
     engine = load_backend(s.backend) if isinstance(s.backend, str) else s.backend
     joined = from_environment()
-    if joined is None or joined.group.rank == 0:  # the process that writes the outputs
-        _check_paths(s)
+    _check_paths(s)  # every rank, so that none waits at the rendezvous for one that stopped here
     if s.launch.size > 1:
         result = _launched(engine, s, joined, on_epoch)
         if s.node_rank == 0 and s.plot is not None and result.epochs:

@@ -36,9 +36,9 @@ def starting_point(s: Settings) -> Settings:
     return s
 
 
-#: what a run's answer depends on besides its model, recipe and seed (which a resume takes or checks already)
-SAME_RUN = ("dataset", "batch_size", "lr", "batchnorm", "dtype", "augment", "normalize", "layout", "image_size",
-            "color")
+#: what a run's answer depends on besides its model, recipe and seed (which a resume takes or checks already);
+#: the samples' shape is the model's, checked with it (so --image-size and --color, where they change anything)
+SAME_RUN = ("dataset", "batch_size", "lr", "batchnorm", "dtype", "augment", "normalize")
 
 
 class OtherSettingsWarning(UserWarning):

@@ -69,3 +69,8 @@ def test_export_carries_the_runs_normalisation_and_the_class_names(tmp_path, cap
     want = reference.predict(spec, state, np.asarray(normalized[np.arange(len(x))], np.float32), np.float32)
     assert np.abs(got - want).max() <= 1e-5 * max(1.0, np.abs(want).max())
     assert json.loads(session.get_modelmeta().custom_metadata_map["classes"]) == ["cat", "dog", "eel"]
+    # read back: the network after the normalisation, and the flag that feeds it alike
+    from multidev import nn
+    with pytest.warns(UserWarning, match=r"normalises its input itself; .* train it with --normalize [0-9.,]+/"):
+        graph = nn.from_onnx(tmp_path / "net.onnx")
+    assert [n.layer for n in graph.nodes] == [n.layer for n in spec.graph.nodes]

@@ -80,3 +80,9 @@ def test_image_size_on_arrays_is_refused_rather_than_ignored(tmp_path):
         with pytest.raises(MultidevError, match=f"--image-size is for a folder of images; {re.escape(name)} holds "
                                                 f"arrays"):
             load_dataset(name, image_size=(28, 28))
+
+
+def test_a_test_class_the_training_set_lacks_is_named_as_such():
+    x = np.zeros((8, 4), np.float32)
+    with pytest.raises(MultidevError, match=r"the test labels hold class 3, the training labels only 0\.\.1"):
+        arrays(x, np.arange(8) % 2, x, np.arange(8) % 4)

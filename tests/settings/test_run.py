@@ -160,6 +160,18 @@ def test_objects_cannot_reach_other_processes():
         Settings(shard_weights=(1, 2)).to_argv()
 
 
+def test_a_data_set_made_in_python_reaches_other_processes_as_arrays(tmp_path):
+    """Its image options applied when it was made: the workers read the saved arrays as they are, class names
+    included."""
+    from multidev.training.run import dataset_of
+
+    data = multidev.data.synthetic()
+    data = dataclasses.replace(data, classes=tuple("abcdefghij"[:data.num_classes]))
+    shared = Settings(dataset=data, color="gray", image_size=8).shareable(tmp_path)
+    assert (shared.color, shared.image_size, shared.layout) == ("auto", None, "NCHW")
+    assert dataset_of(shared, 2).classes == data.classes
+
+
 def test_ranks_agree_on_what_shapes_training_not_on_paths():
     a = Settings(devices=2, checkpoint="a.npz", trace="t1", progress=True, json="a.json", data_dir="/a")
     b = a.replace(checkpoint="b.npz", trace="t2", progress=False, json=None, data_dir="/b", node_rank=0)

@@ -2,6 +2,7 @@
 
 import os
 
+import numpy as np
 import pytest
 
 from multidev import Settings
@@ -92,3 +93,22 @@ def test_identity_and_restarts_left():
     env = {RESTART_COUNT: "1", MAX_RESTARTS: "2"}
     assert will_restart(env) and not will_restart({**env, RESTART_COUNT: "2"}) and not will_restart({})
     assert CHECKPOINT_AT_LAUNCH not in os.environ  # launched_with leaves the environment as it found it
+
+
+def test_a_resume_of_the_same_folder_named_otherwise_says_nothing(tmp_path, monkeypatch):
+    """A data set is known by its folder's resolved name: `.` and the folder's full path are one."""
+    import warnings
+
+    from multidev.data import arrays
+    from multidev.data.npy import save_folder
+
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "photos"
+    save_folder(arrays(rng.random((40, 4), np.float32), np.arange(40) % 2), folder)
+    monkeypatch.chdir(folder)
+    run = dict(model="mlp", epochs=1, batch_size=8, devices=1, layout="NCHW")
+    train(FakeEngine(), dataset=".", checkpoint=str(tmp_path / "ck.npz"), **run)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train(FakeEngine(), dataset=str(folder), resume=str(tmp_path / "ck.npz"), **{**run, "epochs": 2,
+                                                                                          "layout": "NHWC"})
