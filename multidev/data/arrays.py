@@ -119,8 +119,15 @@ def arrays(x_train: object, y_train: object, x_test: object = None, y_test: obje
     return Dataset(name, x, y, xt, yt, class_count(y, yt))
 
 
+def _first_bytes(path: str | Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(2)
+
+
 def npz(path: str | Path, layout: str = "NCHW") -> Dataset:
     """A data set from a ``.npz`` file holding ``x_train``, ``y_train`` and optionally ``x_test``, ``y_test``."""
+    if Path(path).is_file() and _first_bytes(path) != b"PK":  # a zip's first bytes, damaged or not
+        raise MultidevError(f"{path} is not a .npz file (a zip of .npy arrays): write it with numpy.savez")
     try:
         with np.load(path, allow_pickle=False) as f:
             found = {k: f[k] for k in f.files}

@@ -71,6 +71,13 @@ def _betas(value: object) -> tuple[float, ...]:
         raise MultidevError(f"betas takes two numbers, e.g. (0.9, 0.999); got {value!r}") from None
 
 
+def _engine(value: object) -> Any:
+    if isinstance(value, str) or isinstance(getattr(value, "name", None), str):
+        return value
+    raise MultidevError(f"backend must be an engine's name (see `multidev backends`) or an engine object, got "
+                        f"{value!r}")
+
+
 def _model(value: object) -> Any:
     return None if value is None else sources.check(value)
 
@@ -121,7 +128,7 @@ class Settings:
     """
 
     backend: Any = setting("torch", "--backend", "engine: see `multidev backends` (or an engine object, in Python)",
-                           commands=("train",))
+                           commands=("train",), check=_engine)
     devices: DeviceSpec = setting(None, "--devices", "k virtual devices, or names: cpu:0,cpu:1",
                                   commands=("train",), exclusive="where",
                                   text=lambda v: str(v) if isinstance(v, int) else ",".join(v))

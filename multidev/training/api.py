@@ -83,6 +83,11 @@ def train(backend: str | Backend | None = None, *, settings: Optional[Settings] 
     """
     if backend is not None:
         kwargs["backend"] = backend
+    if settings is not None and not isinstance(settings, Settings):
+        raise MultidevError(f"settings must be a multidev.Settings, got {type(settings).__name__}: give the "
+                            f"settings as keyword arguments, or Settings(**them)")
+    if on_epoch is not None and not callable(on_epoch):
+        raise MultidevError(f"on_epoch must be a function of one EpochRecord, got {on_epoch!r}")
     s = (settings or Settings()).replace(**kwargs)
     engine = load_backend(s.backend) if isinstance(s.backend, str) else s.backend
     joined = from_environment()

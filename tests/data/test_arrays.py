@@ -86,3 +86,11 @@ def test_a_test_class_the_training_set_lacks_is_named_as_such():
     x = np.zeros((8, 4), np.float32)
     with pytest.raises(MultidevError, match=r"the test labels hold class 3, the training labels only 0\.\.1"):
         arrays(x, np.arange(8) % 2, x, np.arange(8) % 4)
+
+
+def test_a_file_named_npz_that_is_no_zip_is_named_as_such(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros(3))
+    (tmp_path / "x.npy").rename(tmp_path / "not.npz")
+    with pytest.raises(MultidevError, match=r"not\.npz is not a \.npz file \(a zip of \.npy arrays\): write it with "
+                                            r"numpy\.savez"):
+        npz(tmp_path / "not.npz")

@@ -128,6 +128,7 @@ def test_train_signature_lists_every_setting():
     ({"node_rank": 2, "nnodes": 2}, "--node-rank 2 with --nnodes 2: number the machines 0 to 1"),
     ({"master": "nohost"}, "--master 'nohost': write HOST:PORT"),
     ({"seed": -1}, "seed must be a whole number of 0 or more, got -1"),
+    ({"backend": 3}, "backend must be an engine's name (see `multidev backends`) or an engine object, got 3"),
     ({"seed": 1.5}, "seed must be a whole number of 0 or more, got 1.5"),
     ({"betas": 0.9}, "betas takes two numbers, e.g. (0.9, 0.999); got 0.9"),
     ({"milestones": 5.5}, "milestones must be epochs, e.g. (5, 8) or '5,8'; got 5.5"),

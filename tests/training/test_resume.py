@@ -112,3 +112,10 @@ def test_a_resume_of_the_same_folder_named_otherwise_says_nothing(tmp_path, monk
         warnings.simplefilter("error")
         train(FakeEngine(), dataset=str(folder), resume=str(tmp_path / "ck.npz"), **{**run, "epochs": 2,
                                                                                           "layout": "NHWC"})
+
+
+def test_train_refuses_what_is_not_settings_or_a_function():
+    with pytest.raises(MultidevError, match="settings must be a multidev.Settings, got dict"):
+        train(FakeEngine(), settings={"epochs": 1})
+    with pytest.raises(MultidevError, match="on_epoch must be a function of one EpochRecord, got 5"):
+        train(FakeEngine(), on_epoch=5, **SMALL)
