@@ -130,7 +130,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"multidev: error: {exc}", file=sys.stderr)
         return 2
     except Interrupted as stopped:  # the work is saved; say where and how to go on
-        print(f"multidev: {stopped}", file=sys.stderr)
+        if not stopped.quiet:
+            print(f"multidev: {stopped}", file=sys.stderr)
         return 128 + stopped.signum  # as a shell reports a process the signal ended: 130 for Ctrl-C, 143 for SIGTERM
     except KeyboardInterrupt:
         print("multidev: interrupted", file=sys.stderr)

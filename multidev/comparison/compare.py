@@ -138,7 +138,7 @@ def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2
             if bar is not None:
                 bar.total = len(specs) + len(runner.truths)
         outcomes += [runner.measured(i, spec) for i, spec in enumerate(specs)]
-    _verdicts(outcomes)
+        _verdicts(outcomes)  # while a data set made in Python is still on disk: its twins' settings check its path
     # An engine without float64 says so in its verdict; its failed float64 rows would only clutter the table.
     outcomes = [o for o in outcomes if not (o.spec.dtype == "float64" and o.error and "float32 only" in o.error)]
     if bar is not None:

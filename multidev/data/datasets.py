@@ -66,6 +66,9 @@ def load_dataset(name: str, data_dir: Optional[str | Path] = None, layout: str =
     path = Path(name)
     arrays = name in _NAMED or name.endswith(".npz") or (path.is_dir() and (
         npy.is_npy_folder(path) or huggingface.is_saved_dataset(path)))
+    if layout != "NCHW" and (not arrays or name in _NAMED):
+        raise MultidevError(f"--layout is for your arrays (a .npz file, a folder of .npy files, a saved Hugging Face "
+                            f"set); {name} is read in its own layout: leave --layout out")
     if arrays and (image_size is not None or color != "auto"):  # a flag that would change nothing: say so
         flag = "--image-size" if image_size is not None else "--color"
         raise MultidevError(f"{flag} is for a folder of images; {name} holds arrays: leave {flag} out, and give "

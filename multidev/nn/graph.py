@@ -59,6 +59,8 @@ class _Block:
 
 def _chain(items: Sequence[Item], x: Node) -> Node:
     for item in items:
+        if isinstance(item, type):
+            raise MultidevError(f"nn.{item.__name__} is a kind of layer, not a layer: write nn.{item.__name__}(...)")
         if not callable(item):
             raise MultidevError(f"{item!r} is not a layer: give Sequential and Residual layers of multidev.nn")
         x = item(x)

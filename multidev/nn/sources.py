@@ -58,6 +58,12 @@ def check(value: Any) -> Model:
     if value.endswith((".onnx", ".json")):
         _file(value)
         return value
+    if value.endswith(".py"):
+        raise MultidevError(f"--model {value}: name the function that returns the model after a colon, e.g. "
+                            f"{value}:build")
+    if value.endswith(".npz"):
+        raise MultidevError(f"--model {value}: a .npz is a checkpoint or data, not a model: continue a checkpoint "
+                            f"with --resume {value} (its model comes with it), or give data with --dataset {value}")
     raise MultidevError(f"unknown model {value!r}: give {FORMS}")
 
 

@@ -48,6 +48,9 @@ def save(path: str | Path, spec: ModelSpec, state: State, optimizer_state: State
 
 
 def _arrays(path: Path, only: Optional[str] = None) -> dict[str, np.ndarray]:
+    if path.suffix == ".onnx":
+        raise MultidevError(f"{path} is an ONNX file, not a checkpoint: give the .npz that --checkpoint wrote (an "
+                            f"ONNX file trains with --model {path})")
     try:
         with np.load(path, allow_pickle=False) as archive:
             return {name: archive[name] for name in archive.files if only is None or name == only}

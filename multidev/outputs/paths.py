@@ -43,13 +43,23 @@ def _same(a: str, b: str) -> bool:
     return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
+def _within(path: str, folder: str) -> bool:
+    return Path(folder).expanduser().resolve() in Path(path).expanduser().resolve().parents
+
+
+#: what an output flag writes, by the file names it may replace (a file of another kind is the user's own)
+SUFFIXES = {"--json": (".json",), "--plot": (".png",), "--onnx": (".onnx",)}
+
+
 def check_paths(files: Mapping[str, Optional[str]], folders: Mapping[str, Optional[str]],
                 inputs: Mapping[str, Optional[str]], checkpoint: Optional[str] = None) -> None:
-    """One line for an output that cannot be written, is another output, is an input, or is a foreign file.
+    """One line for an output that cannot be written, is another output, is an input or lies inside an input
+    folder, or would replace a file of another kind.
 
-    ``files`` and ``folders`` are outputs by flag, ``inputs`` the files read
-    by flag or name (the run's own ``--checkpoint`` may also be ``--resume``'s);
-    ``checkpoint`` is the flag among ``files`` that holds checkpoints.
+    ``files`` and ``folders`` are outputs by flag, ``inputs`` the files and
+    folders read, by flag or name (the run's own ``--checkpoint`` may also be
+    ``--resume``'s); ``checkpoint`` is the flag among ``files`` that holds
+    checkpoints.
     """
     for flag, path in files.items():
         writable(path, flag)
@@ -64,6 +74,13 @@ def check_paths(files: Mapping[str, Optional[str]], folders: Mapping[str, Option
         if read is not None and not (flag == checkpoint and read == "--resume"):
             what = f"{read}'s file" if read.startswith("--") else read
             raise MultidevError(f"{flag} {path} is also {what}: writing it would replace it; give another file name")
+        inside = next((f for f, p in inputs.items() if p is not None and Path(p).is_dir() and _within(path, p)), None)
+        if inside is not None:
+            raise MultidevError(f"{flag} {path} lies inside {inside}'s folder {inputs[inside]}: writing there changes "
+                                f"your data; give a path outside it")
+        if Path(path).is_file() and flag in SUFFIXES and not path.endswith(SUFFIXES[flag]):
+            raise MultidevError(f"{flag} {path} exists and is no {SUFFIXES[flag][0]} file: give a file name ending in "
+                                f"{SUFFIXES[flag][0]}, or move that file away")
     saved = files.get(checkpoint) if checkpoint else None
     if saved is not None and Path(saved).is_file():
         from multidev.outputs.checkpoint import is_checkpoint

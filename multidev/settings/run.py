@@ -330,6 +330,7 @@ class Settings:
         out = {f.name: getattr(self, f.name) for f, _ in _fields.fields(type(self))}
         out["backend"] = self.engine_name
         out["dataset"] = self.dataset.name if isinstance(self.dataset, Dataset) else self.dataset
+        out["model"] = None if self.model is None else sources.text(self.model)  # a definition object as JSON text
         return out
 
 

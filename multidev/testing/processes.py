@@ -458,6 +458,8 @@ class MultiProcessChecks(EngineFixtures):
             _, err = job.communicate(timeout=90)
         assert job.returncode == 130, err[-2000:]
         assert "interrupted at epoch" in err and "Traceback" not in err, err[-3000:]
+        said = [line for line in err.splitlines() if line.startswith("multidev: interrupted at")]
+        assert len(said) == 1 and "checkpoint saved to" in said[0], f"processes: one line for the job, not {said}"
         time.sleep(1)
         assert not job_processes(str(saved)), "processes: a worker outlived Ctrl-C on the launcher"
         _, _, meta = ckpt.load(saved)

@@ -45,7 +45,7 @@ def _check_paths(s: Settings) -> None:
     """The run's outputs, checked against each other and the files it reads, before anything trains."""
     model = s.model.rpartition(":")[0] if isinstance(s.model, str) and ".py:" in s.model else s.model
     read = {"--dataset": s.dataset, "--model": model, "--resume": None if s.resume == AUTO else s.resume}
-    inputs = {flag: path for flag, path in read.items() if isinstance(path, str) and Path(path).is_file()}
+    inputs = {flag: path for flag, path in read.items() if isinstance(path, str) and Path(path).exists()}
     check_paths({"--checkpoint": s.checkpoint, "--json": s.json, "--plot": s.plot}, {"--trace": s.trace}, inputs,
                 checkpoint="--checkpoint")
 

@@ -24,6 +24,8 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, epoch: int, step: int, checkpoint: Optional[str], signum: Optional[int]) -> None:
         # a rank may stop because another rank was signalled: it counts as Ctrl-C
         self.epoch, self.step, self.checkpoint, self.signum = epoch, step, checkpoint, signum or signal.SIGINT
+        #: another process says where the job stands (its launcher, or rank 0): the command line prints nothing
+        self.quiet = False
         where = f"interrupted at epoch {epoch}, step {step}"
         if checkpoint is None:
             message = f"{where}: nothing saved (train with --checkpoint PATH to keep the work done)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -19,6 +20,7 @@ from multidev.nn import sources
 from multidev.outputs import checkpoint as ckpt
 from multidev.outputs.result import EpochRecord, Result
 from multidev.outputs.trace import Trace
+from multidev.processes.faults import CHECKPOINT_AT_LAUNCH
 from multidev.processes.group import Joined
 from multidev.processes.job import Job
 from multidev.rules.devices import Device, resolve_devices
@@ -260,6 +262,8 @@ def run_in_group(engine: Backend, joined: Joined, s: Settings, on_epoch: OnEpoch
         # and leaving waits for them (JAX's shutdown barrier: 5 minutes, then SIGABRT, the error unsaid). A job's
         # worker ends at once instead (multidev/__main__.py) and its launcher stops the others. Signals and
         # multidev's errors come to every rank at the same step (a diverged loss): they leave together.
+        if isinstance(exc, Interrupted):  # one line for the job: from multidev's launcher, else from rank 0
+            exc.quiet = joined.group.rank != 0 or os.environ.get(CHECKPOINT_AT_LAUNCH) is not None
         alone = isinstance(exc, (PeerLost, UserCodeError)) or not isinstance(exc, (KeyboardInterrupt, MultidevError))
         if not (alone and _ENDS_AT_ONCE):
             engine.leave()  # type: ignore[attr-defined]

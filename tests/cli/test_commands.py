@@ -90,6 +90,11 @@ BAD = {
     "missing checkpoint": (["--resume", "/nonexistent/c.npz"],
                            "checkpoint /nonexistent/c.npz does not exist: check its path"),
     "negative seed": (["--seed", "-1"], "seed must be a whole number of 0 or more, got -1"),
+    "a model file without its function": (["--model", "conftest.py"], "--model conftest.py: name the function that "
+                                           "returns the model after a colon, e.g. conftest.py:build"),
+    "a layout for a named data set": (["--layout", "NHWC"], "--layout is for your arrays (a .npz file, a folder of "
+                                      ".npy files, a saved Hugging Face set); digits is read in its own layout: leave "
+                                      "--layout out"),
     "devices and gpus": (["--devices", "2", "--gpus", "2"],
                          "argument --gpus: not allowed with argument --devices (see `multidev train --help`)"),
     "bad device name": (["--devices", "tpu:0"], "bad device name 'tpu:0': write kind:index, e.g. cpu:0 or gpu:1"),
@@ -131,6 +136,11 @@ def _files(folder):
     (folder / "cut.npz").write_bytes((folder / "d.npz").read_bytes()[:200])
     (folder / "net.py").write_text("from multidev import nn\ndef build()\n    return nn.Sequential(nn.Dense())\n")
     (folder / "notes.txt").write_text("mine")
+    for c in "ab":
+        (folder / "pics" / c).mkdir(parents=True)
+        for i in range(3):
+            np.save(folder / "pics" / c / f"{i}.npy", np.zeros(1))  # stand-ins: the check reads no pixel
+            (folder / "pics" / c / f"{i}.npy").rename(folder / "pics" / c / f"{i}.png")
 
 
 #: A mistake about files: (flags, the one line); every file in the folder is as it was after it
@@ -144,6 +154,11 @@ FILES = {
                                          "--checkpoint mine.npz exists and is not a multidev checkpoint: give "
                                          "another file name, or move that file away"),
     "a trace folder that is a file": (["--trace", "notes.txt"], "--trace notes.txt is a file: give a folder"),
+    "a plot over an image of the data": (["--dataset", "pics", "--plot", "pics/a/0.png"],
+                                         "--plot pics/a/0.png lies inside --dataset's folder pics: writing there "
+                                         "changes your data; give a path outside it"),
+    "a JSON over a file of another kind": (["--json", "notes.txt"], "--json notes.txt exists and is no .json file: "
+                                           "give a file name ending in .json, or move that file away"),
     "a data file for its folder": (["--dataset", "x_train.npy"], "data x_train.npy is a file: give a .npz file, "
                                    "or the folder that holds it (README: Your data)"),
     "a cut .npz": (["--dataset", "cut.npz"], re.compile(r"cut\.npz is not a readable \.npz file \(.+\): write it "
@@ -157,13 +172,13 @@ FILES = {
 def test_a_mistake_about_files_is_one_line_and_loses_nothing(tmp_path, fake, what):
     argv, line = FILES[what]
     _files(tmp_path)
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     argv = [*argv, "--dataset", "d.npz"] if "--dataset" not in argv else argv
     proc = subprocess.run([sys.executable, "-m", "multidev", "train", "--backend", "fake", "--model", "mlp",
                            "--epochs", "1", "--no-progress", *argv], capture_output=True, text=True, timeout=600,
                           env=fake, cwd=tmp_path)
     assert_clear_error(proc, what, line)
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
 def test_an_error_in_the_users_model_file_is_one_line_naming_it(tmp_path, fake):

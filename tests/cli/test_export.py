@@ -74,3 +74,15 @@ def test_export_carries_the_runs_normalisation_and_the_class_names(tmp_path, cap
     with pytest.warns(UserWarning, match=r"normalises its input itself; .* train it with --normalize [0-9.,]+/"):
         graph = nn.from_onnx(tmp_path / "net.onnx")
     assert [n.layer for n in graph.nodes] == [n.layer for n in spec.graph.nodes]
+
+
+def test_export_refuses_an_onnx_file_for_a_checkpoint_and_a_file_of_another_kind(tmp_path, capsys):
+    (tmp_path / "net.onnx").write_bytes(b"onnx")
+    assert main(["export", str(tmp_path / "net.onnx"), "--onnx", str(tmp_path / "x.onnx")]) == 2
+    assert "is an ONNX file, not a checkpoint: give the .npz that --checkpoint wrote" in capsys.readouterr().err
+    data = synthetic(n_train=16, n_test=4, shape=(1, 4, 4))
+    train(FakeEngine(), model="mlp", dataset=data, epochs=1, batch_size=8, checkpoint=tmp_path / "ck.npz")
+    (tmp_path / "mine.npz").write_bytes(b"my data")
+    assert main(["export", str(tmp_path / "ck.npz"), "--onnx", str(tmp_path / "mine.npz")]) == 2
+    assert "exists and is no .onnx file" in capsys.readouterr().err
+    assert (tmp_path / "mine.npz").read_bytes() == b"my data"

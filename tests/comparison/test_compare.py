@@ -117,3 +117,25 @@ def test_compare_runs_each_engine_as_several_processes_when_asked():
     argv = spec.replace(json="r.json").to_argv()
     assert argv[argv.index("--processes") + 1] == "2" and argv[argv.index("--devices") + 1] == "1"
     assert "--processes" not in Settings("jax", 2).to_argv()
+
+
+def test_compare_from_python_with_a_definition_and_arrays_on_two_engines(tmp_path, monkeypatch):
+    """The verdicts compare runs while the arrays saved for the runs are still there, and the report writes a
+    definition object as data (both failed once after every run had trained)."""
+    import numpy as np
+
+    from multidev import nn
+    from multidev.data import arrays
+
+    engines = {"fake": "multidev.testing.fake:FakeEngine", "fake2": "multidev.testing.fake:FakeEngine"}
+    monkeypatch.setenv("PYTHONPATH", registered(tmp_path / "engines", engines)["PYTHONPATH"])
+    monkeypatch.syspath_prepend(str((tmp_path / "engines").resolve()))
+    rng = np.random.default_rng(0)
+    y = np.arange(64) % 2
+    data = arrays((rng.normal(0, 1, (64, 4)) + y[:, None]).astype(np.float32), y)
+    net = nn.Sequential(nn.Dense(8), nn.ReLU(), nn.Dense())
+    outcomes = multidev.compare(["fake", "fake2"], [1], model=net, dataset=data, epochs=1, batch_size=16,
+                                out=tmp_path / "cmp")
+    assert [o.error for o in outcomes] == [None, None, None] and outcomes[2].verdict == "rounding"
+    saved = json.loads((tmp_path / "cmp" / "results.json").read_text())
+    assert json.loads(saved[1]["settings"]["model"])["format"] == "multidev-model/1"

@@ -122,3 +122,9 @@ def test_a_damaged_definition_file_is_one_line(tmp_path, damage, line):
     with pytest.raises(MultidevError) as caught:
         sources.definition(str(tmp_path / "net.json"))
     assert str(caught.value).startswith(f"{tmp_path / 'net.json'}: {line}"), caught.value
+
+
+def test_a_kind_of_layer_for_a_layer_is_one_line():
+    with pytest.raises(MultidevError, match=r"nn\.Flatten is a kind of layer, not a layer: write "
+                                            r"nn\.Flatten\(\.\.\.\)"):
+        nn.Sequential(nn.Flatten, nn.Dense()).graph()
