@@ -96,8 +96,11 @@ def launch(argv: Sequence[str], launch: Launch) -> list[Restart]:
     machine whose workers failed for good waits at the agent's exit barrier
     too, so a machine that finished is let go at once, not after 300 s.
     """
-    levels = {name: logging.getLogger(name).level for name in _LOGGERS}
-    for name in _LOGGERS:  # the launcher's own INFO and WARNING lines would bury the workers' output
+    # the launcher's own INFO and WARNING lines would bury the workers' output; torch's modules set their loggers'
+    # levels themselves (a parent's does not reach them), so each is quieted
+    names = {*_LOGGERS, *(n for n in logging.Logger.manager.loggerDict if n.startswith(_LOGGERS))}
+    levels = {name: logging.getLogger(name).level for name in names}
+    for name in names:
         logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         agent = _agent(argv, launch)
