@@ -113,7 +113,9 @@ def _export(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     warnings.formatwarning = lambda msg, cat, *a, **k: f"multidev: warning: {msg}\n"
     try:
-        args = parser().parse_args(argv)
+        args, unknown = parser().parse_known_args(argv)
+        if unknown:  # said by the command's parser: its --help lists what it takes
+            raise MultidevError(f"unrecognized arguments: {' '.join(unknown)} (see `multidev {args.command} --help`)")
         apply_threads(getattr(args, "threads", None), share=getattr(args, "processes", 1))
         if getattr(args, "no_compile_cache", False):  # read by engines when a run starts; workers inherit it
             os.environ["MULTIDEV_COMPILE_CACHE"] = "off"

@@ -90,6 +90,7 @@ BAD = {
     "missing checkpoint": (["--resume", "/nonexistent/c.npz"],
                            "checkpoint /nonexistent/c.npz does not exist: check its path"),
     "negative seed": (["--seed", "-1"], "seed must be a whole number of 0 or more, got -1"),
+    "a misspelled flag": (["--lrr", "0.1"], "unrecognized arguments: --lrr 0.1 (see `multidev train --help`)"),
     "a model file without its function": (["--model", "conftest.py"], "--model conftest.py: name the function that "
                                            "returns the model after a colon, e.g. conftest.py:build"),
     "a layout for a named data set": (["--layout", "NHWC"], "--layout is for your arrays (a .npz file, a folder of "
