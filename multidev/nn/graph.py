@@ -192,6 +192,8 @@ class Graph:
     nodes: tuple[NodeSpec, ...]
     weights: Optional[State] = field(default=None, repr=False)
     source: Optional[str] = None
+    #: (means, stds) an exported file applied to its input before this network (``multidev export`` writes it)
+    normalization: Optional[tuple[tuple[float, ...], tuple[float, ...]]] = field(default=None, repr=False)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Graph) and self.to_dict() == other.to_dict()
@@ -207,7 +209,8 @@ class Graph:
         last = self.nodes[-1]
         if isinstance(last.layer, Dense) and last.layer.out_features is None and num_classes is not None:
             layer = Dense(num_classes, bias=last.layer.bias, name=last.layer.name)
-            return Graph(self.nodes[:-1] + (NodeSpec(last.name, layer, last.inputs),), self.weights, self.source)
+            return Graph(self.nodes[:-1] + (NodeSpec(last.name, layer, last.inputs),), self.weights, self.source,
+                         self.normalization)
         return self
 
     def dropouts(self, in_shape: Shape) -> list[tuple[str, float, Shape]]:

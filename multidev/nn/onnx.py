@@ -620,35 +620,47 @@ def _check(graph: Graph, shape: Optional[Shape], features: list[tuple[Any, str, 
                             f"logits (N, classes)")
 
 
-def _without_normalization(onnx, model, path: Path) -> None:
-    """``model`` without the input normalisation ``multidev export`` writes first, said in one warning line.
+Normalization = tuple[tuple[float, ...], tuple[float, ...]]
+
+
+def _without_normalization(onnx, model) -> Optional[Normalization]:
+    """``model`` without the input normalisation ``multidev export`` writes first; its (means, stds).
 
     multidev.nn has no normalisation layer: the run does it (``--normalize``),
     so the network after it is what an exported file gives back to train on.
     """
     nodes = model.graph.node
     if len(nodes) < 2 or [n.name for n in nodes[:2]] != ["input.centre", "input.normalize"]:
-        return
+        return None
     consts = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
-    mean, std = (consts[name].ravel().tolist() for name in ("input.mean", "input.std"))
+    mean, std = (tuple(consts[name].ravel().tolist()) for name in ("input.mean", "input.std"))
     normalized = nodes[1].output[0]
     del nodes[:2]
     for node in nodes:
         node.input[:] = ["input" if name == normalized else name for name in node.input]
+    return mean, std
+
+
+def normalization_line(graph: Graph) -> str:
+    """What a user is told of a file that normalised its own input: the ``--normalize`` that feeds it alike."""
     numbers = lambda values: ",".join(f"{v:.6g}" for v in values)  # noqa: E731
-    warnings.warn(f"{path} normalises its input itself; multidev.nn reads the network after that: train it with "
-                  f"--normalize {numbers(mean)}/{numbers(std)} to feed it what it was trained on", stacklevel=3)
+    mean, std = graph.normalization  # type: ignore[misc]
+    return (f"{graph.source} normalises its input itself; multidev.nn reads the network after that: train it "
+            f"with --normalize {numbers(mean)}/{numbers(std)} to feed it what it was trained on")
 
 
-def from_onnx(path: Union[str, os.PathLike]) -> Graph:
+def from_onnx(path: Union[str, os.PathLike], *, warn: bool = True) -> Graph:
     """The network of an ONNX file as a Graph, with its initializers as ``weights`` and ``source`` the path.
 
     One line (a MultidevError) for a missing or non-ONNX file, an op or an
-    attribute value multidev.nn cannot express, naming the ONNX node.
+    attribute value multidev.nn cannot express, naming the ONNX node. A file
+    that normalises its input (as ``multidev export`` writes it) gives the
+    network after that, with ``normalization`` set and (``warn``) one warning
+    line naming the ``--normalize`` that feeds it alike.
     """
     onnx = _onnx()
     model = _load(Path(path))
-    _without_normalization(onnx, model, Path(path))
+    normalization = _without_normalization(onnx, model)
     reader = _Reader(onnx, model.graph)
     name, layout, shape = _input(model.graph, set(reader.consts))
     reader.values[name] = ("input", layout)
@@ -663,8 +675,10 @@ def from_onnx(path: Union[str, os.PathLike]) -> Graph:
     nodes = tuple(NodeSpec(name_of[i], reader.layers[i].layer, tuple(name_of[j] for j in reader.layers[i].inputs))
                   for i in keep)
     weights = {f"{name_of[i]}.{p}": v for i in keep for p, v in reader.layers[i].params.items()}
-    graph = Graph(nodes, weights, str(path))
+    graph = Graph(nodes, weights, str(path), normalization)
     _check(graph, shape, [(n, name_of[i], c) for n, i, c in reader.features if i in name_of])
+    if normalization is not None and warn:
+        warnings.warn(normalization_line(graph), stacklevel=2)
     return graph
 
 

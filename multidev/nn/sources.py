@@ -93,7 +93,7 @@ def definition(value: Optional[Model]) -> Graph:
         return ZOO[value]().graph()
     if value.endswith(".onnx"):
         from multidev.nn.onnx import from_onnx
-        return from_onnx(value)
+        return from_onnx(value, warn=False)  # the run says it, where its --normalize is not the file's
     if value.endswith(".json"):
         try:
             return Graph.from_dict(json.loads(_file(value).read_text()))

@@ -209,6 +209,17 @@ class EmulatedBfloat16Warning(UserWarning):
     """A bf16 run on CPU devices of a CPU without bfloat16 arithmetic: it trains, slower than float32."""
 
 
+def warn_other_normalization(graph, normalize: object) -> None:
+    """One line where an exported file normalised its input and this run's ``--normalize`` is not the same."""
+    if graph.normalization is None:
+        return
+    if isinstance(normalize, tuple) and all(len(a) == len(b) and np.allclose(a, b, rtol=1e-5)
+                                            for a, b in zip(normalize, graph.normalization)):
+        return
+    from multidev.nn.onnx import normalization_line
+    warnings.warn(normalization_line(graph), stacklevel=2)
+
+
 def warn_emulated_bf16(precision: str, devices: list[Device]) -> None:
     """One line where ``--precision bf16`` would run slower than float32: the CPU has no bfloat16 arithmetic."""
     if precision == "bf16" and any(d.kind == "cpu" for d in devices) and not native_bf16():
@@ -227,6 +238,8 @@ def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch =
         shard_sizes(0, len(chosen) * job.group.size, s.shard_weights)  # validates the weights up front
     data = dataset_of(s, len(chosen) * job.group.size, progress=s.progress and job.writer)
     spec = model_spec(s, data)
+    if job.writer:
+        warn_other_normalization(spec.graph, s.normalize)
     start = resume_from(s, spec, data.name, job.writer) if s.resume is not None else Start(spec.init(s.seed), s.seed)
     setup = Setup(spec, tuple(chosen), s.batchnorm, s.dtype, job.group, optimizer=s.recipe.optimizer,
                   accumulate=s.accumulate, precision=s.precision, tf32=s.tf32)

@@ -74,6 +74,14 @@ def test_export_carries_the_runs_normalisation_and_the_class_names(tmp_path, cap
     with pytest.warns(UserWarning, match=r"normalises its input itself; .* train it with --normalize [0-9.,]+/"):
         graph = nn.from_onnx(tmp_path / "net.onnx")
     assert [n.layer for n in graph.nodes] == [n.layer for n in spec.graph.nodes]
+    # trained from the file: a word where the run's --normalize is not the file's, none where it is
+    import warnings
+    run = dict(model=str(tmp_path / "net.onnx"), dataset=str(tmp_path / "pics"), epochs=1, batch_size=4)
+    with pytest.warns(UserWarning, match="normalises its input itself"):
+        train(FakeEngine(), **run)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train(FakeEngine(), normalize=graph.normalization, **run)
 
 
 def test_export_refuses_an_onnx_file_for_a_checkpoint_and_a_file_of_another_kind(tmp_path, capsys):
