@@ -97,7 +97,8 @@ def _export(args: argparse.Namespace) -> int:
 
     spec, state, meta = ckpt.load(args.checkpoint)
     check_paths({"--onnx": args.onnx}, {}, {"the checkpoint to export": args.checkpoint})
-    classes, normalization = meta.get("classes"), meta.get("normalization")
+    classes, saved = meta.get("classes"), meta.get("normalization")
+    normalization = (saved["mean"], saved["std"]) if saved else None
     to_onnx(spec.graph, state, spec.in_shape, args.onnx, normalization=normalization, classes=classes)
     shape = ", ".join(map(str, spec.in_shape))
     print(f"wrote {args.onnx}: {spec.name} after epoch {meta.get('epoch')}; input 'input' float32 (N, {shape}), "

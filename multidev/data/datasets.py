@@ -63,28 +63,38 @@ def load_dataset(name: str, data_dir: Optional[str | Path] = None, layout: str =
     """A data set by name, or the user's: a ``.npz`` file, a folder of ``.npy`` files (images in ``layout``),
     a saved Hugging Face set (its ``image_column`` and ``label_column``), or a folder of class folders of
     images (resized to ``image_size``, read as ``color``)."""
-    path = Path(name)
-    arrays = name in _NAMED or name.endswith(".npz") or (path.is_dir() and (
-        npy.is_npy_folder(path) or huggingface.is_saved_dataset(path)))
-    if layout != "NCHW" and (not arrays or name in _NAMED):
+    kind = _kind(name)
+    if layout != "NCHW" and kind in ("named", "images"):
         raise MultidevError(f"--layout is for your arrays (a .npz file, a folder of .npy files, a saved Hugging Face "
                             f"set); {name} is read in its own layout: leave --layout out")
-    if arrays and (image_size is not None or color != "auto"):  # a flag that would change nothing: say so
+    if kind != "images" and (image_size is not None or color != "auto"):  # a flag that would change nothing
         flag = "--image-size" if image_size is not None else "--color"
         raise MultidevError(f"{flag} is for a folder of images; {name} holds arrays: leave {flag} out, and give "
                             f"the arrays the size and channels the model should see")
-    if name in _NAMED:
+    if kind == "named":
         return _NAMED[name](data_dir)
-    if name.endswith(".npz"):
+    if kind == "npz":
         return npz(name, layout)
+    if kind == "npy":
+        return npy.folder(name, layout)
+    if kind == "huggingface":
+        return huggingface.load(name, image_column=image_column, label_column=label_column, layout=layout)
+    return images.folder(name, image_size, color, progress=progress)
+
+
+def _kind(name: str) -> str:
+    """named, npz, npy, huggingface or images: what ``name`` is; one line when it is none of them."""
+    path = Path(name)
+    if name in _NAMED:
+        return "named"
+    if name.endswith(".npz"):
+        return "npz"
     if not path.is_dir():
         raise MultidevError(f"unknown data set {name!r}: choose one of {', '.join(DATASETS)}, or give a .npz file "
                             f"or a folder")
     if npy.is_npy_folder(path):
-        return npy.folder(path, layout)
-    if huggingface.is_saved_dataset(path):
-        return huggingface.load(path, image_column=image_column, label_column=label_column, layout=layout)
-    return images.folder(path, image_size, color, progress=progress)
+        return "npy"
+    return "huggingface" if huggingface.is_saved_dataset(path) else "images"
 
 
 _NAMED = {"digits": lambda _: digits(), "synthetic": lambda _: synthetic(), "fashion-mnist": fashion,

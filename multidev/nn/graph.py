@@ -26,6 +26,8 @@ from multidev.nn.layers import LAYERS, Add, Dense, Dropout, Layer, Param, Shape,
 from multidev.nn.node import Input, Node, Scope, current
 
 FORMAT = "multidev-model/1"
+#: (means, stds) per channel: an exported file's own input normalisation
+Normalization = tuple[tuple[float, ...], tuple[float, ...]]
 
 
 Item = Union[Layer, "Sequential", "Residual"]
@@ -193,7 +195,7 @@ class Graph:
     weights: Optional[State] = field(default=None, repr=False)
     source: Optional[str] = None
     #: (means, stds) an exported file applied to its input before this network (``multidev export`` writes it)
-    normalization: Optional[tuple[tuple[float, ...], tuple[float, ...]]] = field(default=None, repr=False)
+    normalization: Optional[Normalization] = field(default=None, repr=False)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Graph) and self.to_dict() == other.to_dict()
@@ -255,6 +257,7 @@ class Graph:
             raise MultidevError(f"the model definition is {fmt}, from a newer multidev (this one reads {FORMAT}): "
                                 f"upgrade multidev")
         nodes: list[NodeSpec] = []
+        known = {"input"}  # the names an input may take: the model's, and every node's so far
         for i, n in enumerate(data.get("nodes") or [None]):
             try:
                 name, layer, args, inputs = n["name"], n["layer"], n["args"], tuple(n["inputs"])
@@ -264,10 +267,10 @@ class Graph:
             if layer not in LAYERS:
                 raise MultidevError(f"layer {layer!r} of node {name!r} is unknown to this multidev "
                                     f"(it knows {', '.join(LAYERS)}): upgrade multidev")
-            known = {"input", *(node.name for node in nodes)}
             missing = [x for x in inputs if x not in known]
             if missing or not inputs:
                 raise MultidevError(f"node {name!r} takes {', '.join(map(repr, missing)) or 'no input'}, not a node "
                                     f"before it: list every node after its inputs ('input' is the model's input)")
             nodes.append(NodeSpec(name, LAYERS[layer](**args), inputs))
+            known.add(name)
         return cls(tuple(nodes))

@@ -29,7 +29,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from multidev.errors import MultidevError, first_line
-from multidev.nn.graph import Graph, NodeSpec
+from multidev.nn.graph import Graph, NodeSpec, Normalization
 from multidev.outputs.files import atomic_write
 from multidev.nn.layers import (GELU, LN_EPS, Add, AvgPool2d, BatchNorm, Concat, Conv2d, Dense, Dropout, Flatten,
                                 GlobalAvgPool, Layer, LayerNorm, MaxPool2d, ReLU, Shape, Sigmoid, Tanh)
@@ -620,9 +620,6 @@ def _check(graph: Graph, shape: Optional[Shape], features: list[tuple[Any, str, 
                             f"logits (N, classes)")
 
 
-Normalization = tuple[tuple[float, ...], tuple[float, ...]]
-
-
 def _without_normalization(onnx, model) -> Optional[Normalization]:
     """``model`` without the input normalisation ``multidev export`` writes first; its (means, stds).
 
@@ -707,11 +704,11 @@ class _Writer:
         self.nodes.append(self.onnx.helper.make_node(op, inputs, [output], name=name, **attrs))
 
 
-def _normalized(w: _Writer, normalization: dict[str, Sequence[float]], rank: int) -> str:
+def _normalized(w: _Writer, normalization: Normalization, rank: int) -> str:
     """(input - mean) / std per channel (feature), the run's own normalisation, as the graph's first nodes."""
     shape = (1, -1) + (1,) * (rank - 1)
-    for part in ("mean", "std"):
-        array = np.asarray(normalization[part], np.float32).reshape(shape)
+    for part, values in zip(("mean", "std"), normalization):
+        array = np.asarray(values, np.float32).reshape(shape)
         w.inits.append(w.onnx.numpy_helper.from_array(array, f"input.{part}"))
     w.add("Sub", ["input", "input.mean"], "input/centred", "input.centre")
     w.add("Div", ["input/centred", "input.std"], "input/normalized", "input.normalize")
@@ -806,17 +803,18 @@ def _checked(graph: Any, state: dict[str, np.ndarray], in_shape: Shape) -> Graph
 
 
 def to_onnx(graph: Any, state: dict[str, np.ndarray], in_shape: Shape, path: Union[str, os.PathLike],
-            opset: int = DEFAULT_OPSET, *, normalization: Optional[dict[str, Sequence[float]]] = None,
+            opset: int = DEFAULT_OPSET, *, normalization: Optional[Normalization] = None,
             classes: Optional[Sequence[str]] = None) -> str:
     """Writes the model for inference as ONNX (float32): input "input" (N, *in_shape), output "logits" (N, K).
 
     Why this form: any ONNX runtime serves it. The batch axis is dynamic;
     BatchNorm uses the running statistics, Dropout is an identity. ``graph``:
-    a Graph, a definition or a ModelSpec. ``normalization`` (``mean`` and
-    ``std`` per channel, as the run applied them) becomes the file's first
-    nodes, so it takes samples as the data set holds them; ``classes`` (the
-    labels' names, in order) goes into its metadata as JSON. Checked by
-    onnx.checker (shapes included), written atomically; returns the path.
+    a Graph, a definition or a ModelSpec. ``normalization`` ((means, stds)
+    per channel, as the run applied them; what ``from_onnx`` gives back as
+    ``Graph.normalization``) becomes the file's first nodes, so it takes
+    samples as the data set holds them; ``classes`` (the labels' names, in
+    order) goes into its metadata as JSON. Checked by onnx.checker (shapes
+    included), written atomically; returns the path.
     """
     onnx = _onnx()
     if not MIN_WRITE_OPSET <= opset <= onnx.defs.onnx_opset_version():

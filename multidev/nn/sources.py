@@ -74,6 +74,11 @@ def text(value: Model) -> str:
     return value
 
 
+def file_of(value: str) -> str:
+    """The file a model setting names: ``net.py`` of ``net.py:build``, else the setting itself."""
+    return value.rpartition(":")[0] if ".py:" in value else value
+
+
 def label(value: Optional[Model]) -> str:
     """A short name for reports: the zoo name (None: the default's), the file's stem, or "model"."""
     value = DEFAULT if value is None else value
@@ -81,7 +86,7 @@ def label(value: Optional[Model]) -> str:
         return Path(value.source).stem if value.source else "model"
     if value in ZOO:
         return value
-    return Path(value.rpartition(":")[0] if ".py:" in value else value).stem
+    return Path(file_of(value)).stem
 
 
 def definition(value: Optional[Model]) -> Graph:

@@ -60,16 +60,22 @@ def _arrays(path: Path, only: Optional[str] = None) -> dict[str, np.ndarray]:
         raise MultidevError(f"checkpoint {path} is unreadable ({exc}): use another checkpoint") from None
 
 
-def _meta(path: Path, arrays: dict[str, np.ndarray]) -> tuple[ModelSpec, dict[str, Any]]:
+def _header(arrays: dict[str, np.ndarray]) -> tuple[dict[str, Any], Optional[int]]:
+    """The archive's JSON header (taken out of ``arrays``) and its format's number (None: no multidev checkpoint)."""
     try:
         meta = json.loads(arrays.pop(META).tobytes().decode())
         match = re.fullmatch(r"multidev-checkpoint/(\d+)", str(meta.get("format")))
     except (KeyError, ValueError, AttributeError):
-        match = None
-    if match is None:
+        return {}, None
+    return meta, int(match.group(1)) if match else None
+
+
+def _meta(path: Path, arrays: dict[str, np.ndarray]) -> tuple[ModelSpec, dict[str, Any]]:
+    meta, version = _header(arrays)
+    if version is None:
         raise MultidevError(f"{path} is not a multidev checkpoint: give a file that --checkpoint wrote")
-    if int(match.group(1)) > VERSION:
-        raise MultidevError(f"{path} was written by a newer multidev (format {match.group(1)}; this one reads "
+    if version > VERSION:
+        raise MultidevError(f"{path} was written by a newer multidev (format {version}; this one reads "
                             f"{VERSION}): upgrade multidev to resume from it")
     # checkpoints from before definitions were stored name a zoo network
     graph = Graph.from_dict(meta["definition"]) if "definition" in meta else None
@@ -79,10 +85,10 @@ def _meta(path: Path, arrays: dict[str, np.ndarray]) -> tuple[ModelSpec, dict[st
 def is_checkpoint(path: str | Path) -> bool:
     """Whether ``path`` is a file multidev wrote as a checkpoint (of any version): one that may be written over."""
     try:
-        meta = json.loads(_arrays(Path(path), META)[META].tobytes().decode())
-    except (MultidevError, KeyError, ValueError):
+        arrays = _arrays(Path(path), META)
+    except MultidevError:
         return False
-    return isinstance(meta, dict) and re.fullmatch(r"multidev-checkpoint/\d+", str(meta.get("format"))) is not None
+    return _header(arrays)[1] is not None
 
 
 def spec_of(path: str | Path) -> ModelSpec:

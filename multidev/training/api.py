@@ -9,6 +9,7 @@ from typing import Any, Optional
 from multidev.engines.protocol import Backend
 from multidev.engines.registry import load_backend
 from multidev.errors import MultidevError
+from multidev.nn import sources
 from multidev.outputs.paths import check_paths
 from multidev.outputs.result import Result
 from multidev.processes.faults import JobStopped, resumes_at
@@ -43,7 +44,7 @@ def _launched(engine: Backend, s: Settings, joined: Optional[Joined], on_epoch: 
 
 def _check_paths(s: Settings) -> None:
     """The run's outputs, checked against each other and the files it reads, before anything trains."""
-    model = s.model.rpartition(":")[0] if isinstance(s.model, str) and ".py:" in s.model else s.model
+    model = sources.file_of(s.model) if isinstance(s.model, str) else None
     read = {"--dataset": s.dataset, "--model": model, "--resume": None if s.resume == AUTO else s.resume}
     inputs = {flag: path for flag, path in read.items() if isinstance(path, str) and Path(path).exists()}
     check_paths({"--checkpoint": s.checkpoint, "--json": s.json, "--plot": s.plot}, {"--trace": s.trace}, inputs,

@@ -110,9 +110,10 @@ class Kept:
     def where(self) -> str:
         return str(self.path() or "this process only: the compilation cache is off")
 
-    def summary(self, when: str, labels: Mapping[str, str], env: str) -> str:
-        """What ``multidev backends`` says of these choices: when they are measured, and how many took each form."""
-        counts = self.counts()
+    def summary(self, when: str, env: str, labels: Optional[Mapping[str, str]] = None) -> str:
+        """What ``multidev backends`` says of these choices: when they are measured, and how many took each form
+        (each named by ``labels``, else by itself)."""
+        counts, labels = self.counts(), labels or {form: form for form in self.forms}
         if not any(counts.values()):
             return f"measured on this CPU {when}, kept in {self.where()}"
         chosen = ", ".join(f"{labels[form]} for {counts[form]}" for form in self.forms)

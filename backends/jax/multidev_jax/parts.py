@@ -88,4 +88,4 @@ def note() -> str:
     if form is not None:
         return f"{form} ({ENV}={form})"
     return _kept.summary("at a run's first batch where the cores are at least twice the devices (whole, or split "
-                         "in one part per core)", {"whole": "whole", "split": "split"}, ENV)
+                         "in one part per core)", ENV)

@@ -126,4 +126,4 @@ def note() -> str:
     pinned = os.environ.get(ENV, "").strip().lower()
     if pinned in FORMS:
         return f"{pinned} ({ENV}={pinned})"
-    return _kept.summary("per shape at a run's first step", {"matvec": "matvec", "reduce": "reduce"}, ENV)
+    return _kept.summary("per shape at a run's first step", ENV)

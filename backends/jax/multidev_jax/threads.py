@@ -120,4 +120,4 @@ def note() -> str:
         return "one per operation (OMP_NUM_THREADS=1, as --threads 1 and each of 2 workers on 2 cores set it)"
     if form == "cores":
         return f"every core per operation ({ENV}=cores)"
-    return _kept.summary("per step on 2+ devices at a run's first step", LABELS, ENV)
+    return _kept.summary("per step on 2+ devices at a run's first step", ENV, LABELS)
