@@ -56,7 +56,8 @@ def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, 
     step()
     rate = statistics.median(samples_per_sec(step, batch, steps) for _ in range(repeats))
     return {"first_step_s": first, "samples_per_sec": rate, "compile_s": reps.compile_seconds,
-            "compile_cached": getattr(reps, "compile_cached", 0), "version": multidev.engines.registry.engine_version(engine),
+            "compile_cached": getattr(reps, "compile_cached", 0),
+            "version": multidev.engines.registry.engine_version(engine),
             "settings": engine.settings(), "threads": os.environ.get("OMP_NUM_THREADS", "")}
 
 

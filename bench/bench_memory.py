@@ -314,7 +314,8 @@ def main() -> None:
     wrote = write_set(args.folder, total, counts[0])
     try:
         print(f"# {total} rows of {'x'.join(map(str, SAMPLE))} uint8 ({total * ROW / GiB:.2f} GiB) in "
-              f"{args.folder}; {_cpu()}, {os.cpu_count()} cores, {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / GiB:.0f} GiB RAM; "
+              f"{args.folder}; {_cpu()}, {os.cpu_count()} cores, "
+              f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / GiB:.0f} GiB RAM; "
               f"numpy {np.__version__}, python {platform.python_version()}", flush=True)
         print("| path | set (GiB) | rows | peak RSS, VmHWM (MiB) | ru_maxrss (MiB) | peak anonymous (MiB) | "
               "anonymous at start (MiB) | peak file-backed (MiB) | seconds | rows/s |\n"
@@ -337,7 +338,8 @@ def main() -> None:
               "Private_Dirty |\n|---|---|---|---|---|---|---|---|")
         for r in results:
             u = r["rollup_kib"]
-            print(f"| {r['mode']} | {r['rows'] * ROW / GiB:.2f} | {_mib(u.get('Rss', 0))} | {_mib(u.get('Anonymous', 0))} "
+            print(f"| {r['mode']} | {r['rows'] * ROW / GiB:.2f} | {_mib(u.get('Rss', 0))} "
+                  f"| {_mib(u.get('Anonymous', 0))} "
                   f"| {_mib(u['set'])} | {_mib(u.get('Private_Clean', 0))} | {_mib(u.get('Shared_Clean', 0))} "
                   f"| {_mib(u.get('Private_Dirty', 0))} |")
         print("\n(ru_maxrss can carry the launching process's peak through exec; VmHWM is this process's own. "

@@ -120,7 +120,8 @@ def main() -> None:
     x = rng.normal(0, 1, (args.batch, 1, args.size, args.size)).astype(np.float32)
     y = rng.integers(0, 10, args.batch).astype(np.float32)
     counts = [args.gpus] if args.gpus else [int(k) for k in args.devices.split(",")]
-    print(f"{multidev.engines.registry.engine_version(ENGINE)}; ResNet-18, batch {args.batch} of 1x{args.size}x{args.size}, "
+    print(f"{multidev.engines.registry.engine_version(ENGINE)}; ResNet-18, batch {args.batch} of "
+          f"1x{args.size}x{args.size}, "
           f"{args.warmup} warm-up + {args.steps} timed steps x {args.rounds} rounds")
     for k in counts:
         devices = resolve_devices(gpus=args.gpus, gpu_count=ENGINE.gpu_count()) if args.gpus else \

@@ -30,7 +30,8 @@ def main() -> None:
     parser.add_argument("--model", default="resnet18")
     args = parser.parse_args()
     print(f"# {args.model} on digits, {args.epochs} epochs, median of {args.rounds} rounds; {platform.node()}")
-    print("| engine | devices | prefetch s/epoch | no prefetch s/epoch | ratio (with / without) |\n|---|---|---|---|---|")
+    print("| engine | devices | prefetch s/epoch | no prefetch s/epoch | ratio (with / without) |\n"
+          "|---|---|---|---|---|")
     for backend in args.backends.split(","):
         for k in args.devices.split(","):
             on, off = [], []

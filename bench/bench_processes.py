@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 
 def images_file(folder: str, size: int, samples: int) -> str:
-    """A .npz data set of ``samples`` random ``size`` x ``size`` gray images in 10 classes (a quarter as many to test)."""
+    """A .npz data set of ``samples`` random ``size`` x ``size`` gray images in 10 classes (a quarter as many to
+    test)."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -137,7 +138,8 @@ def mxnet_allreduce_seconds(numel: int, repeats: int = 5) -> dict[str, float]:
                DMLC_NUM_SERVER="1", DMLC_NUM_WORKER="2", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_PORT=str(port))
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "seconds")
-        serve = [subprocess.Popen([sys.executable, "-m", "multidev_mxnet.serve"], env=dict(env, MULTIDEV_MXNET_ROLE=role))
+        serve = [subprocess.Popen([sys.executable, "-m", "multidev_mxnet.serve"],
+                                  env=dict(env, MULTIDEV_MXNET_ROLE=role))
                  for role in ("scheduler", "server")]
         workers = [subprocess.Popen([sys.executable, "-c", _MXNET_WORKER, str(numel), str(repeats), out],
                                     env=dict(env, DMLC_ROLE="worker", RANK=str(rank))) for rank in (0, 1)]

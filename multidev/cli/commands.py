@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -121,7 +122,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if getattr(args, "no_compile_cache", False):  # read by engines when a run starts; workers inherit it
             os.environ["MULTIDEV_COMPILE_CACHE"] = "off"
         commands = {"train": _train, "compare": _compare, "backends": lambda _: _backends(), "export": _export}
-        return commands[args.command](args)
+        code = commands[args.command](args)
+        sys.stdout.flush()  # a reader gone shows here, where it is handled, not in Python's own flush at exit
+        return code
     except PeerLost as exc:  # the launcher names the process that ended; when it restarts the job, that is all
         if not will_restart():
             print(f"multidev: error: {exc}", file=sys.stderr)
@@ -139,3 +142,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("multidev: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`multidev backends | head -2`): stop quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit would fail again
+        return 128 + signal.SIGPIPE

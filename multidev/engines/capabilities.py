@@ -66,11 +66,11 @@ def check_claims(engine: Claims, needs: frozenset[str]) -> None:
 
 _instead = {
     "float64": "leave dtype at float32",
-    "sync_batchnorm": "use batchnorm='local'",
+    "sync_batchnorm": "use --batchnorm local",
     "virtual_cpu": "use one CPU device",
     "gpu": "use CPU devices",
     "multi_process": "run one process",
-    "sync_batchnorm_processes": "use batchnorm='local' with processes, or one process with several devices",
+    "sync_batchnorm_processes": "use --batchnorm local with processes, or one process with several devices",
     "optimizers": "use plain SGD (no momentum, no weight decay)",
     "accumulate": "use --accumulate 1 and a smaller batch",
     "bf16": "use --precision fp32",

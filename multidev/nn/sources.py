@@ -80,13 +80,18 @@ def file_of(value: str) -> str:
 
 
 def label(value: Optional[Model]) -> str:
-    """A short name for reports: the zoo name (None: the default's), the file's stem, or "model"."""
+    """A short name for reports: the zoo name (None: the default's), ``net:build`` for a file's function (two
+    functions of one file stay apart in a comparison's legend), a file's stem, or "model"."""
     value = DEFAULT if value is None else value
-    if isinstance(value, Graph):
-        return Path(value.source).stem if value.source else "model"
-    if value in ZOO:
-        return value
-    return Path(file_of(value)).stem
+    source = value.source if isinstance(value, Graph) else value
+    if not source:
+        return "model"
+    if source in ZOO:
+        return source
+    path, sep, function = source.rpartition(":")
+    if sep and path.endswith(".py"):
+        return f"{Path(path).stem}:{function}"
+    return Path(source).stem
 
 
 def definition(value: Optional[Model]) -> Graph:

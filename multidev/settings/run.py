@@ -134,7 +134,7 @@ class Settings:
                                   text=lambda v: str(v) if isinstance(v, int) else ",".join(v))
     gpus: Optional[int] = setting(None, "--gpus", "k GPUs; falls back to k CPU devices with a warning", type=int,
                                   commands=("train",), exclusive="where")
-    model: Any = setting(None, "--model", "the network: resnet18 (the default; when resuming, the checkpoint's), "
+    model: Any = setting(None, "--model", "the network: resnet18 (the default), "
                          "lenet, mlp, convnet, path/net.py:function, net.onnx or net.json (in Python also a "
                          "multidev.nn definition)", check=_model, text=sources.text)
     dataset: Union[str, Dataset] = setting("digits", "--dataset", "the data set: digits, fashion-mnist, cifar-10, "
@@ -215,8 +215,9 @@ class Settings:
         None, "--checkpoint-every", "also save mid-epoch, every this many updates (e.g. 50) or this long (e.g. "
         "10m, 90s, 1h), so a stopped job loses at most that much", check=every, agree=False, commands=("train",),
         group=OUTPUT)
-    resume: Optional[str] = setting(None, "--resume", "continue from this checkpoint; auto: from --checkpoint's "
-                                    "file when it exists, so the same command run again goes on where it stopped",
+    resume: Optional[str] = setting(None, "--resume", "continue from this checkpoint, its model and all (no --model "
+                                    "needed); auto: from --checkpoint's file when it exists, so the same command run "
+                                    "again goes on where it stopped",
                                     check=_path, agree="presence", commands=("train",), group=OUTPUT)
     trace: Optional[str] = setting(None, "--trace", "folder to keep the parameters of the first steps and every "
                                    "epoch in", check=_path, agree=False, commands=("train",), group=OUTPUT)

@@ -55,8 +55,7 @@ def resume_from(s: Settings, spec: ModelSpec, data_name: str, say: bool = True) 
     this process says where they differ)."""
     saved_spec, state, meta = ckpt.load(s.resume)
     if saved_spec != spec:
-        raise MultidevError(f"checkpoint {s.resume} holds {saved_spec.name} for {saved_spec.in_shape}, "
-                            f"this run trains {spec.name} on {s.dataset!s}: resume with the same settings")
+        raise _other_model(s, saved_spec, spec.name)
     saved = Recipe.from_settings(meta.get("recipe"))
     if saved.optimizer != s.recipe.optimizer:
         raise MultidevError(f"checkpoint {s.resume} was trained with {saved.label() or 'plain sgd'}, this run "
@@ -202,7 +201,21 @@ def model_spec(s: Settings, data: Dataset) -> ModelSpec:
                                 f"{saved.in_shape} with {saved.num_classes} classes; {data.name} has {data.shape} "
                                 f"with {data.num_classes}: resume on the data it was trained on (--dataset)")
         return ModelSpec(saved.name, data.shape, data.num_classes, saved.graph)
-    return ModelSpec(sources.label(s.model), data.shape, data.num_classes, sources.definition(s.model))
+    try:
+        return ModelSpec(sources.label(s.model), data.shape, data.num_classes, sources.definition(s.model))
+    except UserCodeError:
+        raise
+    except MultidevError:  # the model does not fit this data: where it resumes another model's checkpoint, say so
+        saved = ckpt.spec_of(s.resume) if s.resume is not None else None
+        if saved is None or (saved.in_shape, saved.num_classes) == (tuple(data.shape), data.num_classes):
+            raise
+        raise _other_model(s, saved, sources.label(s.model)) from None
+
+
+def _other_model(s: Settings, saved: ModelSpec, name: str) -> MultidevError:
+    return MultidevError(f"checkpoint {s.resume} holds {saved.name} for {saved.in_shape}, this run trains {name} on "
+                         f"{s.dataset!s}: resume with the same settings (leave --model out: the checkpoint's comes "
+                         f"with it)")
 
 
 class EmulatedBfloat16Warning(UserWarning):

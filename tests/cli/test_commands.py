@@ -54,6 +54,17 @@ def test_backends_lists_engines_and_devices():
     assert "torch: multidev-torch 0.1.0, torch 2." in proc.stdout and "GPU(s)" in proc.stdout
 
 
+@pytest.mark.parametrize("command", [["backends"], ["train", "--backend", "fake", "--model", "lenet", "--dataset",
+                                                   "synthetic", "--epochs", "2", "--no-progress"]])
+def test_a_reader_that_stops_early_ends_the_command_quietly(fake, command):
+    """`multidev ... | head -1`: the pipe closes before the command has written; no traceback, the shell's 141."""
+    proc = subprocess.Popen([sys.executable, "-m", "multidev", *command], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=fake)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert (proc.wait(timeout=300), err) == (141, "")
+
+
 def test_resume_past_the_end_is_a_clear_error(tmp_path, fake):
     ck = tmp_path / "c.npz"
     args = ["train", "--backend", "fake", "--model", "lenet", "--dataset", "synthetic", "--no-progress",
@@ -102,7 +113,7 @@ BAD = {
     "float64 on an engine without it": (["--dtype", "float64", "--backend", "mxnet", "--batchnorm", "sync",
                                          "--devices", "2"],
                                         "the mxnet engine runs float64 with local BatchNorm or on one device only: "
-                                        "use batchnorm='local', or float32"),
+                                        "use --batchnorm local, or float32"),
 }
 
 

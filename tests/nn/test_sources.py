@@ -27,7 +27,7 @@ def test_a_python_files_function(tmp_path):
     value = sources.check(f"{tmp_path}/net.py:build")
     graph = sources.definition(value)
     assert [n.name for n in graph.nodes] == ["conv1", "relu1", "maxpool1", "dropout1", "flatten1", "fc1"]
-    assert sources.label(value) == "net"
+    assert sources.label(value) == "net:build"
     assert ModelSpec("net", (1, 8, 8), 10, graph).dropouts() == [("dropout1", 0.2, (4, 4, 4))]
 
 

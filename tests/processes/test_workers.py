@@ -13,7 +13,7 @@ class SyncInOneProcessOnly(FakeEngine):
 
 def test_the_launcher_refuses_what_the_workers_could_not_run():
     """One line before any worker starts (the fake engine has no launcher: reaching it would fail otherwise)."""
-    with pytest.raises(MultidevError, match="does not offer sync_batchnorm_processes: use batchnorm='local' with "
+    with pytest.raises(MultidevError, match="does not offer sync_batchnorm_processes: use --batchnorm local with "
                                             "processes"):
         multidev.train(SyncInOneProcessOnly(), model="mlp", dataset="digits", batchnorm="sync", processes=2)
 

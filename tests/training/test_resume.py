@@ -71,6 +71,13 @@ def test_a_resume_on_other_data_names_the_data_it_was_trained_on(saved):
         train(FakeEngine(), resume=str(saved), **{**SMALL, "model": None, "dataset": "digits", "epochs": 2})
 
 
+def test_another_model_that_does_not_fit_the_data_names_the_checkpoints_model(saved):
+    """LeNet's 5x5 windows do not fit digits' 8x8: the mismatch with the checkpoint is the mistake to name."""
+    with pytest.raises(MultidevError, match=r"checkpoint .* holds mlp for \(1, 16, 16\), this run trains lenet on "
+                                            r"digits: resume with the same settings \(leave --model out"):
+        train(FakeEngine(), resume=str(saved), **{**SMALL, "model": "lenet", "dataset": "digits", "epochs": 2})
+
+
 def test_auto_needs_a_checkpoint_path():
     with pytest.raises(MultidevError, match="--resume auto needs --checkpoint PATH"):
         Settings(resume="auto")

@@ -82,10 +82,10 @@ class MXNetReplicas(ReplicaStates):
         if self.dtype != np.float32 and self.sync and len(self.contexts) > 1:
             # Measured: the threads of the statistics exchange never finish a float64 step (MXNet 1.9.1).
             raise MultidevError("the mxnet engine runs float64 with local BatchNorm or on one device only: "
-                                "use batchnorm='local', or float32")
+                                "use --batchnorm local, or float32")
         if setup.precision == "bf16" and self.sync:
             raise MultidevError("the mxnet engine computes bf16 with local BatchNorm only (contrib.amp converts the "
-                                "compiled graph, and sync BatchNorm runs outside it): use batchnorm='local'")
+                                "compiled graph, and sync BatchNorm runs outside it): use --batchnorm local")
         self.net = build(spec, self.sync)
         try:
             self.net.initialize(mx.init.Zero(), ctx=self.contexts)  # values come from load_state

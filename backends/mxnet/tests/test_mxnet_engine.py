@@ -106,7 +106,8 @@ def test_sync_batchnorm_does_not_hang():
         engine = multidev.load_backend("mxnet")
         # uneven shards, then a batch smaller than the device count (two of three contexts busy)
         for k, size in [(2, 9), (3, 2)]:
-            reps = multidev.replicate(engine, multidev.Setup(RESNET, resolve_devices(devices=k), "sync"), RESNET.init(0))
+            setup = multidev.Setup(RESNET, resolve_devices(devices=k), "sync")
+            reps = multidev.replicate(engine, setup, RESNET.init(0))
             for step in range(2):
                 x, y = batch(RESNET, size, seed=step)
                 reps.train_step(reps.place(multidev.cut(x, y, multidev.shard_sizes(size, k))), lr=0.1)
@@ -143,8 +144,8 @@ def test_mxnet_batchnorm_follows_core_conventions(engine):
 def test_step_with_fewer_samples_than_devices(engine, spec, batchnorm):
     """Idle contexts hand the kvstore a zero gradient: the step is one device's and replicas agree."""
     x, y = batch(spec, 1, seed=3)
-    one = multidev.replicate(engine, multidev.Setup(spec, resolve_devices(devices=1), batchnorm=batchnorm), spec.init(0))
-    reps = multidev.replicate(engine, multidev.Setup(spec, resolve_devices(devices=3), batchnorm=batchnorm), spec.init(0))
+    one, reps = (multidev.replicate(engine, multidev.Setup(spec, resolve_devices(devices=k), batchnorm=batchnorm),
+                                    spec.init(0)) for k in (1, 3))
     for _ in range(2):  # twice: a stale gradient from the first step must not leak into the second
         one.train_step(one.place(multidev.cut(x, y, [1])), lr=0.1)
         reps.train_step(reps.place(multidev.cut(x, y, shard_sizes(1, 3))), lr=0.1)
@@ -190,7 +191,8 @@ def test_idle_contexts_hand_on_earlier_micro_batches(engine):
 
 
 def test_bf16_micro_batches_add_up(bf16):
-    """MXNet 1.9.1's amp_cast to bfloat16 drops grad_req="add" (the gradient stays 0): the engine's identity keeps it."""
+    """MXNet 1.9.1's amp_cast to bfloat16 drops grad_req="add" (the gradient stays 0): the engine's identity keeps
+    it."""
     x, y = batch(LENET, 8, seed=7)
     setup = dict(precision="bf16", optimizer=Optimizer(momentum=0.9))
     whole = multidev.replicate(bf16, multidev.Setup(LENET, resolve_devices(devices=1), **setup), LENET.init(0))
