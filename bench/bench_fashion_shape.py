@@ -48,13 +48,21 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--train", type=int, default=60000)
+    parser.add_argument("--test", type=int, default=10000)
     parser.add_argument("--precisions", default="fp32", help="comma-separated: fp32, bf16")
     parser.add_argument("--tf32", action="store_true", help="allow TF32 in the fp32 runs")
+    parser.add_argument("--cudnn-benchmark", action="store_true",
+                        help="torch: let cuDNN time its convolution algorithms per shape (a form the engine would "
+                             "choose by measurement, as the JAX engine's CPU forms, if it wins here)")
+    parser.add_argument("--worker-timeout", type=float, default=300, help="seconds each engine and precision may take")
     parser.add_argument("--worker", nargs=2, metavar=("BACKEND", "PRECISION"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         backend, precision = args.worker
-        data = multidev.data.synthetic(n_train=args.train, n_test=10000, shape=(1, 28, 28))
+        if args.cudnn_benchmark and backend == "torch":
+            import torch
+            torch.backends.cudnn.benchmark = True
+        data = multidev.data.synthetic(n_train=args.train, n_test=args.test, shape=(1, 28, 28))
         result = multidev.train(backend, gpus=args.gpus, model="resnet18", dataset=data, epochs=args.epochs,
                                 batch_size=args.batch, lr=args.lr, precision=precision, tf32=args.tf32)
         secs = [e.seconds for e in result.epochs]
@@ -63,7 +71,9 @@ def main() -> None:
         top = peak(precision)
         share = f"{100 * work / top:.1f}% of {top:.0f}" if top else "peak unknown"
         verdict = "met" if best <= TARGETS[precision] else "missed"
-        print(f"| {backend} | {precision}{' tf32' if args.tf32 and precision == 'fp32' else ''} | "
+        label = precision + (" tf32" if args.tf32 and precision == "fp32" else "")
+        label += " cudnn-benchmark" if args.cudnn_benchmark and backend == "torch" else ""
+        print(f"| {backend} | {label} | "
               f"{', '.join(result.devices)} | {', '.join(f'{s:.1f}' for s in secs)} | {work:.1f} TFLOP/s, {share} "
               f"| {result.compile_seconds:.1f} | {TARGETS[precision]} s: {verdict} |", flush=True)
         return
@@ -72,10 +82,15 @@ def main() -> None:
           "|---|---|---|---|---|---|---|")
     for backend in args.backends.split(","):
         for precision in args.precisions.split(","):
-            proc = subprocess.run([sys.executable, __file__, "--worker", backend, precision, "--gpus", str(args.gpus),
-                                   "--epochs", str(args.epochs), "--batch", str(args.batch), "--lr", str(args.lr),
-                                   "--train", str(args.train)] + (["--tf32"] if args.tf32 else []),
-                                  capture_output=True, text=True)
+            command = [sys.executable, __file__, "--worker", backend, precision, "--gpus", str(args.gpus),
+                       "--epochs", str(args.epochs), "--batch", str(args.batch), "--lr", str(args.lr),
+                       "--train", str(args.train), "--test", str(args.test)] + (["--tf32"] if args.tf32 else []) \
+                + (["--cudnn-benchmark"] if args.cudnn_benchmark else [])
+            try:
+                proc = subprocess.run(command, capture_output=True, text=True, timeout=args.worker_timeout)
+            except subprocess.TimeoutExpired:
+                print(f"| {backend} | {precision} | timed out after {args.worker_timeout:.0f} s | | | | |", flush=True)
+                continue
             lines = proc.stdout.strip().splitlines()
             print(lines[-1] if proc.returncode == 0 and lines else
                   f"| {backend} | {precision} | failed: {proc.stderr.strip().splitlines()[-1:]} | | | | |", flush=True)
