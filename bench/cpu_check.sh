@@ -23,6 +23,8 @@ else
   JAX=(--devices 1,2 --steps 5 --rounds 2); ENGINES=(--backends torch,jax,mxnet --devices 1,2)
   PROCESSES=(--backends torch,jax,mxnet --epochs 2 --rounds 2)
 fi
+python -c "import multidev_torch, multidev_jax, multidev_mxnet" 2>/dev/null \
+  || { stamp "multidev's engines are not in this Python: activate the tested set's virtual environment (README)"; exit 1; }
 python -c "import keras" 2>/dev/null || { stamp "Keras is missing: pip install -c constraints.txt -e './backends/jax[keras]'"; exit 1; }
 { lscpu | grep -E "^(Model name|Vendor ID|CPU family|Model|CPU\(s\)):"
   echo "vector units: $(grep -o -w -E 'avx2|avx512f|avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
