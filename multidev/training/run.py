@@ -206,7 +206,7 @@ def model_spec(s: Settings, data: Dataset) -> ModelSpec:
     except UserCodeError:
         raise
     except MultidevError:  # the model does not fit this data: where it resumes another model's checkpoint, say so
-        saved = ckpt.spec_of(s.resume) if s.resume is not None else None
+        saved = ckpt.spec_of(s.resume) if s.resume is not None and os.path.isfile(s.resume) else None  # not "auto"
         if saved is None or (saved.in_shape, saved.num_classes) == (tuple(data.shape), data.num_classes):
             raise
         raise _other_model(s, saved, sources.label(s.model)) from None
