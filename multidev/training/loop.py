@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Optional
@@ -97,10 +98,24 @@ def _progress(show: bool, total: int, initial: int, epoch: int):
         return
     from tqdm.auto import tqdm
     bar = tqdm(total=total, initial=initial, desc=f"epoch {epoch}", unit="batch", leave=False)
+    if initial == 0 and epoch == 1:
+        bar.set_postfix_str("first step: compiling, where the engine compiles")
+    running = threading.Event()
+    ticker = threading.Thread(target=_tick, args=(bar, running), daemon=True)
+    ticker.start()
     try:
         yield bar
     finally:
+        running.set()
+        ticker.join()
         bar.close()
+
+
+def _tick(bar, done: threading.Event) -> None:
+    """The bar's clock goes on while a step runs: a JAX step compiling (and timing this CPU's forms) can take
+    half a minute, and a bar that stands at 00:00 meanwhile reads as a hang."""
+    while not done.wait(1.0):
+        bar.refresh()
 
 
 def _finite(loss_sum: float, epoch: int, step: int) -> None:

@@ -126,3 +126,29 @@ def test_a_rank_leaves_the_runtime_unless_leaving_would_wait_for_ever(monkeypatc
     with pytest.raises(type(error)):
         run.run_in_group(engine, Joined(ProcessGroup(0, 2), 0), Settings(), None)
     assert engine.left == leaves
+
+
+def test_the_bars_clock_runs_while_a_long_first_step_does(capsys):
+    """A JAX step can compile for half a minute: the bar says so and its clock goes on, so it does not read as a
+    hang."""
+    import re
+    import time
+
+    from multidev.testing.fake import FakeReplicas
+
+    class SlowFirst(FakeReplicas):
+        def train_step(self, batch, lr, *, update=True):
+            if not getattr(self, "warm", False):
+                self.warm = True
+                time.sleep(2.6)
+            return super().train_step(batch, lr, update=update)
+
+    class Engine(FakeEngine):
+        def replicate(self, setup, state):
+            return SlowFirst(setup, state, None)
+
+    data = synthetic(n_train=16, n_test=4, shape=LENET.in_shape)
+    train(Engine(), model="lenet", dataset=data, epochs=1, batch_size=8, progress=True)
+    frames = [f for f in re.split(r"[\r\n]", capsys.readouterr().err) if f.startswith("epoch 1:   0%")]
+    assert any("first step: compiling, where the engine compiles" in f for f in frames), frames
+    assert {"[00:01<", "[00:02<"} <= {m for f in frames for m in re.findall(r"\[00:0\d<", f)}, frames
