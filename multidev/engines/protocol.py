@@ -50,6 +50,10 @@ class Setup:
     precision: str = "fp32"
     #: on GPUs only, the user's explicit opt-in to TF32 matrix multiplies (off: full float32, as on CPU)
     tf32: bool = False
+    #: the rows of a full micro-batch over the job (the run's batch size), or None where batches have any size:
+    #: an engine that compiles a program per shape may pad a shorter batch (an epoch's last, or evaluation's)
+    #: to a full one's shard length, so that one program runs every step
+    rows: Optional[int] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "devices", tuple(Device.parse(d) for d in self.devices))
@@ -59,6 +63,8 @@ class Setup:
         check_dtype(self.dtype)
         check_precision(self.precision, self.dtype)
         object.__setattr__(self, "accumulate", check_accumulate(self.accumulate))
+        if self.rows is not None and (not isinstance(self.rows, int) or self.rows < 1):
+            raise MultidevError(f"rows must be a positive whole number or None, got {self.rows!r}")
 
     @property
     def sync(self) -> bool:

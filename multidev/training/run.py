@@ -255,7 +255,7 @@ def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch =
         warn_other_normalization(spec.graph, s.normalize)
     start = resume_from(s, spec, data.name, job.writer) if s.resume is not None else Start(spec.init(s.seed), s.seed)
     setup = Setup(spec, tuple(chosen), s.batchnorm, s.dtype, job.group, optimizer=s.recipe.optimizer,
-                  accumulate=s.accumulate, precision=s.precision, tf32=s.tf32)
+                  accumulate=s.accumulate, precision=s.precision, tf32=s.tf32, rows=s.batch_size)
     s.recipe.schedule.check(steps_per_epoch(data, s), s.epochs)
     replicas = replicate(engine, setup, start.state)
     if start.optimizer_state is not None:

@@ -123,6 +123,30 @@ def test_compile_seconds_paid_once_per_shape(engine):
     assert second.compile_seconds == 0.0 and cached_count() == executables, "a second replica set recompiled"
 
 
+def test_a_short_batch_runs_the_full_batchs_program_where_the_run_names_its_rows(engine):
+    """``Setup.rows``: an epoch's last batch (and evaluation's) pads to a full batch's shard length instead of
+    compiling programs of its own; the padding changes no sum (float64: to rounding)."""
+    from multidev_jax.compiled import cached_count
+
+    spec = ModelSpec("lenet", (1, 14, 14), 6)  # a shape no other test compiles
+    x, y = batch(spec, 20, seed=4)
+    answers = []
+    for rows in (20, None):
+        devices = resolve_devices(devices=2, max_cpu=engine.max_cpu_devices())
+        reps = multidev.replicate(engine, multidev.Setup(spec, devices, dtype="float64", rows=rows),
+                                  spec.init(0))
+        reps.train_step(reps.place(multidev.cut(x, y, shard_sizes(20, 2))), lr=0.1)
+        reps.evaluate(reps.place(multidev.cut(x, y, shard_sizes(20, 2))))
+        executables = cached_count()
+        reps.train_step(reps.place(multidev.cut(x[:5], y[:5], shard_sizes(5, 2))), lr=0.1)  # 3 + 2 rows
+        loss = reps.evaluate(reps.place(multidev.cut(x[:5], y[:5], shard_sizes(5, 2)))).loss_sum
+        assert (cached_count() == executables) == (rows is not None), f"rows={rows}: programs compiled"
+        answers.append((reps.state(), loss))
+    (padded, loss), (own, own_loss) = answers
+    assert abs(loss - own_loss) <= 1e-12 * abs(own_loss)
+    assert all(np.allclose(padded[n], own[n], rtol=1e-12, atol=1e-14) for n in own)
+
+
 # Padding and empty shards ------------------------------------------------
 def test_padding_never_reaches_the_host(engine):
     x, y = batch(RESNET, 3, seed=3)
