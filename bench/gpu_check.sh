@@ -4,8 +4,8 @@
 # The device machine's image already holds torch, JAX (CUDA), Flax, Optax, tqdm, scikit-learn, matplotlib and
 # Pillow, and nothing can be fetched there, so multidev and the two engines go in without their dependencies.
 # Every log lands under $OUT (it comes back even when the call runs out of time). Extra arguments go to the
-# benchmark: a dry run on a machine without a GPU, `bash bench/gpu_check.sh --train 512 --test 256 --epochs 1`, runs the
-# same steps on CPU devices.
+# benchmark: a dry run on a machine without a GPU, `bash bench/gpu_check.sh --train 512 --test 256 --epochs 1`,
+# runs the same steps on CPU devices.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}

@@ -219,7 +219,7 @@ class JaxReplicas(ReplicaStates):
     def _full_length(self) -> int:
         """A full batch's shard length (``setup.rows``), which a shorter batch pads to: an epoch's last batch and
         evaluation's then run the full batch's programs instead of compiling their own (and timing this CPU's
-        forms again), 13 s of a 35 s first run of ResNet-18 on digits here."""
+        forms again): 16 s of a 48 s first run of ResNet-18 on digits here."""
         rows = self.setup.rows
         return padded([-(-rows // len(self._places))]) if rows else 1
 
