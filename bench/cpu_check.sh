@@ -18,14 +18,17 @@ stamp() { echo "== $(date '+%F %T') $*" | tee -a "$OUT/summary.md"; }
 part() { local name=$1; shift; stamp "$name: $*"; "$@" 2>&1 | tee "$OUT/$name.log"; }
 
 if [ "${QUICK:-0}" = 1 ]; then
-  JAX=(--devices 1 --steps 1 --rounds 1); ENGINES=(--backends torch --devices 1); PROCESSES=(--backends torch --epochs 1 --rounds 1)
+  JAX=(--devices 1 --steps 1 --rounds 1); ENGINES=(--backends torch --devices 1)
+  PROCESSES=(--backends torch --epochs 1 --rounds 1)
 else
   JAX=(--devices 1,2 --steps 5 --rounds 2); ENGINES=(--backends torch,jax,mxnet --devices 1,2)
   PROCESSES=(--backends torch,jax,mxnet --epochs 2 --rounds 2)
 fi
 python -c "import multidev_torch, multidev_jax, multidev_mxnet" 2>/dev/null \
-  || { stamp "multidev's engines are not in this Python: activate the tested set's virtual environment (README)"; exit 1; }
-python -c "import keras" 2>/dev/null || { stamp "Keras is missing: pip install -c constraints.txt -e './backends/jax[keras]'"; exit 1; }
+  || { stamp "multidev's engines are not in this Python: activate the tested set's virtual environment (README)"
+       exit 1; }
+python -c "import keras" 2>/dev/null \
+  || { stamp "Keras is missing: pip install -c constraints.txt -e './backends/jax[keras]'"; exit 1; }
 { lscpu | grep -E "^(Model name|Vendor ID|CPU family|Model|CPU\(s\)):"
   echo "vector units: $(grep -o -w -E 'avx2|avx512f|avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   python --version; git log --oneline -1; } 2>&1 | tee -a "$OUT/summary.md"
@@ -41,6 +44,7 @@ fi
 stamp "forms this CPU chose (multidev backends)"
 multidev backends 2>&1 | grep -E "BatchNorm sums|threads: measured|device parts" | tee -a "$OUT/summary.md"
 for name in jax engines processes suite; do
-  [ -f "$OUT/$name.log" ] && { echo; echo "### $name"; grep -E "^\||^ *[0-9]+ |quick suite:|passed|samples/s|ratio" "$OUT/$name.log"; }
+  [ -f "$OUT/$name.log" ] \
+    && { echo; echo "### $name"; grep -E "^\||^ *[0-9]+ |quick suite:|passed|samples/s|ratio" "$OUT/$name.log"; }
 done >> "$OUT/summary.md"
 stamp "done: $OUT/summary.md"
