@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 25's CPU figures on this machine's CPU in one command, for a session on a CPU kind not yet measured:
-#   bash bench/cpu_check.sh            # about 35 minutes on 2 cores; nothing else should run meanwhile
+#   bash bench/cpu_check.sh            # about 20 minutes on 2 cores; nothing else should run meanwhile
 # 1. bench_jax: the JAX engine against the hand-written Flax + Optax loop and Keras 3, 1 and 2 devices
 #    (target: >= 1.1 of both), and the forms the engine's measuring chose on this CPU;
 # 2. bench_engines: every engine's samples/s and share of this machine's peak (target: none above 100%);
