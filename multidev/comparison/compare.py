@@ -90,8 +90,9 @@ def _check(specs: Sequence[Settings]) -> None:
     for name in dict.fromkeys(s.engine_name for s in specs if isinstance(s.backend, str)):
         if name not in installed():
             load_backend(name)  # says in one line that the engine is unknown, or how to install it
+    devices = max(s.device_count * s.launch.size for s in specs)
     for s in {(str(s.dataset), str(s.model)): s for s in specs}.values():
-        check_inputs(s, max(spec.device_count * spec.launch.size for spec in specs))
+        check_inputs(s, devices)
 
 
 def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2), *,

@@ -65,10 +65,16 @@ def _betas(value: object) -> tuple[float, ...]:
             raise MultidevError(f"--betas takes two numbers separated by a comma, e.g. 0.9,0.999; "
                                 f"got {value!r}") from None
         return (b1, b2)
+    return _numbers(value, "betas takes two numbers, e.g. (0.9, 0.999)")
+
+
+def _numbers(value: object, takes: str) -> tuple[float, ...]:
+    """A sequence of numbers given in Python, as floats; ``takes`` (what the setting takes) and the value where it
+    is none."""
     try:
-        return tuple(float(b) for b in value)  # type: ignore[union-attr]
+        return tuple(float(v) for v in value)  # type: ignore[union-attr]
     except (TypeError, ValueError):
-        raise MultidevError(f"betas takes two numbers, e.g. (0.9, 0.999); got {value!r}") from None
+        raise MultidevError(f"{takes}; got {value!r}") from None
 
 
 def _engine(value: object) -> Any:
@@ -106,12 +112,7 @@ def _dataset(value: object) -> Union[str, Dataset]:
 
 
 def _weights(value: object) -> Optional[tuple[float, ...]]:
-    if value is None:
-        return None
-    try:
-        return tuple(float(w) for w in value)  # type: ignore[union-attr]
-    except (TypeError, ValueError):
-        raise MultidevError(f"shard_weights takes one number per device, e.g. (1, 2); got {value!r}") from None
+    return None if value is None else _numbers(value, "shard_weights takes one number per device, e.g. (1, 2)")
 
 
 def _commas(values: tuple) -> str:

@@ -195,7 +195,7 @@ def model_spec(s: Settings, data: Dataset) -> ModelSpec:
     """The run's model for ``data``: the one named, or when resuming without ``--model`` the checkpoint's."""
     if s.model is None and s.resume is not None:
         saved = ckpt.spec_of(s.resume)
-        if (saved.in_shape, saved.num_classes) != (tuple(data.shape), data.num_classes):
+        if not _fits(saved, data):
             trained_on = (ckpt.meta_of(s.resume).get("settings") or {}).get("dataset")
             raise MultidevError(f"checkpoint {s.resume} was trained on {trained_on or 'data'} of shape "
                                 f"{saved.in_shape} with {saved.num_classes} classes; {data.name} has {data.shape} "
@@ -207,9 +207,14 @@ def model_spec(s: Settings, data: Dataset) -> ModelSpec:
         raise
     except MultidevError:  # the model does not fit this data: where it resumes another model's checkpoint, say so
         saved = ckpt.spec_of(s.resume) if s.resume is not None and os.path.isfile(s.resume) else None  # not "auto"
-        if saved is None or (saved.in_shape, saved.num_classes) == (tuple(data.shape), data.num_classes):
+        if saved is None or _fits(saved, data):
             raise
         raise _other_model(s, saved, sources.label(s.model)) from None
+
+
+def _fits(saved: ModelSpec, data: Dataset) -> bool:
+    """Whether a checkpoint's model was made for samples of ``data``'s shape and classes."""
+    return (saved.in_shape, saved.num_classes) == (tuple(data.shape), data.num_classes)
 
 
 def _other_model(s: Settings, saved: ModelSpec, name: str) -> MultidevError:
