@@ -8,11 +8,15 @@ most 5.9 s an epoch (the book's best one-GPU figure), bf16 at most 3.0 s
 (faster than the book's two-GPU 3.7 s).
 
     python bench/bench_fashion_shape.py --backends torch,jax --gpus 1 --epochs 2 --precisions fp32,bf16
+
+``--torch-forms default,none,channels_last`` times the torch engine's GPU
+forms (``multidev_torch.gpu``) against each other in one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import subprocess
 import sys
@@ -51,17 +55,15 @@ def main() -> None:
     parser.add_argument("--test", type=int, default=10000)
     parser.add_argument("--precisions", default="fp32", help="comma-separated: fp32, bf16")
     parser.add_argument("--tf32", action="store_true", help="allow TF32 in the fp32 runs")
-    parser.add_argument("--cudnn-benchmark", action="store_true",
-                        help="torch: let cuDNN time its convolution algorithms per shape (a form the engine would "
-                             "choose by measurement, as the JAX engine's CPU forms, if it wins here)")
+    parser.add_argument("--torch-forms", default="default",
+                        help="torch: comma-separated variants of the engine's GPU forms to time, each 'default', "
+                             "'none' or forms joined by '+' (benchmark, channels_last), e.g. "
+                             "default,none,benchmark+channels_last (MULTIDEV_TORCH_GPU_FORMS for each)")
     parser.add_argument("--worker-timeout", type=float, default=300, help="seconds each engine and precision may take")
     parser.add_argument("--worker", nargs=2, metavar=("BACKEND", "PRECISION"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         backend, precision = args.worker
-        if args.cudnn_benchmark and backend == "torch":
-            import torch
-            torch.backends.cudnn.benchmark = True
         data = multidev.data.synthetic(n_train=args.train, n_test=args.test, shape=(1, 28, 28))
         result = multidev.train(backend, gpus=args.gpus, model="resnet18", dataset=data, epochs=args.epochs,
                                 batch_size=args.batch, lr=args.lr, precision=precision, tf32=args.tf32)
@@ -72,7 +74,10 @@ def main() -> None:
         share = f"{100 * work / top:.1f}% of {top:.0f}" if top else "peak unknown"
         verdict = "met" if best <= TARGETS[precision] else "missed"
         label = precision + (" tf32" if args.tf32 and precision == "fp32" else "")
-        label += " cudnn-benchmark" if args.cudnn_benchmark and backend == "torch" else ""
+        if backend == "torch":
+            from multidev_torch import gpu
+            label += f" [{'+'.join(sorted(gpu.chosen(precision, True))) or 'none'}" \
+                     f"{'' if os.environ.get(gpu.ENV) else ', default'}]"
         print(f"| {backend} | {label} | "
               f"{', '.join(result.devices)} | {', '.join(f'{s:.1f}' for s in secs)} | {work:.1f} TFLOP/s, {share} "
               f"| {result.compile_seconds:.1f} | {TARGETS[precision]} s: {verdict} |", flush=True)
@@ -82,19 +87,26 @@ def main() -> None:
           "|---|---|---|---|---|---|---|")
     for backend in args.backends.split(","):
         for precision in args.precisions.split(","):
-            command = [sys.executable, __file__, "--worker", backend, precision, "--gpus", str(args.gpus),
-                       "--epochs", str(args.epochs), "--batch", str(args.batch), "--lr", str(args.lr),
-                       "--train", str(args.train), "--test", str(args.test)] + (["--tf32"] if args.tf32 else []) \
-                + (["--cudnn-benchmark"] if args.cudnn_benchmark else [])
-            try:
-                proc = subprocess.run(command, capture_output=True, text=True, timeout=args.worker_timeout)
-            except subprocess.TimeoutExpired:
-                print(f"| {backend} | {precision} | timed out after {args.worker_timeout:.0f} s | | | | |", flush=True)
-                continue
-            lines = proc.stdout.strip().splitlines()
-            print(lines[-1] if proc.returncode == 0 and lines else
-                  f"| {backend} | {precision} | failed: {proc.stderr.strip().splitlines()[-1:]} | | | | |", flush=True)
+            for forms in args.torch_forms.split(",") if backend == "torch" else ["default"]:
+                _worker(args, backend, precision, forms)
 
+
+def _worker(args: argparse.Namespace, backend: str, precision: str, forms: str) -> None:
+    """One engine, precision and set of forms in a fresh process (its own GPU memory and compile caches)."""
+    command = [sys.executable, __file__, "--worker", backend, precision, "--gpus", str(args.gpus),
+               "--epochs", str(args.epochs), "--batch", str(args.batch), "--lr", str(args.lr),
+               "--train", str(args.train), "--test", str(args.test)] + (["--tf32"] if args.tf32 else [])
+    env = {k: v for k, v in os.environ.items() if k != "MULTIDEV_TORCH_GPU_FORMS"}
+    if forms != "default":
+        env["MULTIDEV_TORCH_GPU_FORMS"] = forms
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=args.worker_timeout, env=env)
+    except subprocess.TimeoutExpired:
+        print(f"| {backend} | {precision} {forms} | timed out after {args.worker_timeout:.0f} s | | | | |", flush=True)
+        return
+    lines = proc.stdout.strip().splitlines()
+    print(lines[-1] if proc.returncode == 0 and lines else
+          f"| {backend} | {precision} {forms} | failed: {proc.stderr.strip().splitlines()[-1:]} | | | | |", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -8,7 +8,7 @@ import torch
 
 from multidev.engine import MultiProcess, Setup, State
 
-from . import distributed
+from . import distributed, gpu
 from .devices import gpu_count
 from .parallel import TorchReplicas
 
@@ -24,7 +24,8 @@ class TorchBackend(MultiProcess):
     def settings(self) -> dict[str, str]:
         return {"threads": f"{torch.get_num_threads()} (torch's own setting; this engine leaves it alone)",
                 "tf32": "off unless the run opts in (tf32): cuDNN's and CUDA matmul's TF32 flags are set to the "
-                        "run's choice for each step on a GPU and restored after"}
+                        "run's choice for each step on a GPU and restored after",
+                "gpu forms": gpu.describe()}
 
     def gpu_count(self) -> int:
         return gpu_count()

@@ -8,6 +8,7 @@ gradients are summed with ``torch.cuda.comm``. Each replica holds its own
 gradient and step alike.
 Micro-batches accumulate in each replica's own ``.grad`` (autograd adds up),
 summed over devices and processes once, before the update (as DDP's ``no_sync``).
+On a GPU the forms of :mod:`.gpu` apply (cuDNN's algorithm timing, NHWC images).
 Running statistics are made equal after every micro-batch by one rule, in a
 process or a job: the core's ``statistic_sources``, summed here and, in a
 job, over the processes (``all_sum_tensors``).
@@ -27,7 +28,7 @@ import torch.nn.functional as F
 from multidev.engine import (AllGather, DeviceShard, HostSum, MultidevError, Placed, ReplicaStates, Setup, Shards,
                              State, StepStats, labels, predictions, run_lockstep, statistic_sources)
 
-from . import optimizers
+from . import gpu, optimizers
 from .batchnorm import BatchNorm
 from .devices import torch_device
 from .distributed import all_sum_tensors, host_sum
@@ -60,8 +61,11 @@ class TorchReplicas(ReplicaStates):
         self.dtype = getattr(torch, setup.dtype)
         self._places = [torch_device(d) for d in setup.devices]
         self._cuda = any(place.type == "cuda" for place in self._places)
+        self.forms = gpu.chosen(setup.precision, self._cuda)
+        self._layout = torch.channels_last if "channels_last" in self.forms else torch.contiguous_format
         base = build(self.spec)
-        self.models = [copy.deepcopy(base).to(place, self.dtype) for place in self._places]
+        self.models = [copy.deepcopy(base).to(place, self.dtype).to(memory_format=self._layout)
+                       for place in self._places]
         self.load_state(state)
         self.optimizers = [optimizers.torch_optimizer(setup.optimizer, m.parameters()) for m in self.models]
         self._updates = 0      # optimizer.step: updates done
@@ -80,9 +84,13 @@ class TorchReplicas(ReplicaStates):
             if shards.masks is None:
                 return None
             return {node: _tensor(rows[i], self._places[i], self.dtype) for node, rows in shards.masks.items()}
-        return Placed([Shard(_tensor(xi, place, self.dtype), None if yi is None else _tensor(yi, place), len(xi),
-                             masks(i))
+        return Placed([Shard(self._images(_tensor(xi, place, self.dtype)), None if yi is None else _tensor(yi, place),
+                             len(xi), masks(i))
                        for i, (xi, yi, place) in enumerate(zip(shards.x, labels(shards), self._places))], shards)
+
+    def _images(self, x: torch.Tensor) -> torch.Tensor:
+        """Images in the layout the forms chose (NHWC in memory under ``channels_last``; the shape stays NCHW)."""
+        return x.contiguous(memory_format=self._layout) if x.dim() == 4 else x
 
     def shards(self, batch: list[Shard]) -> list[np.ndarray]:
         return [s.x.cpu().numpy() for s in batch]
@@ -108,28 +116,13 @@ class TorchReplicas(ReplicaStates):
                 for bn in self._bns[i]:
                     bn.exchange = None
 
-    @contextmanager
-    def _tf32(self) -> Iterator[None]:
-        """TF32 (a 10-bit mantissa) on a GPU only when the user opted in (``setup.tf32``); restored afterwards.
-
-        cuDNN would run float32 convolutions in TF32 by default. Measured on an
-        H100: one step then differs from the CPU's by 1.3% (LeNet) and 6%
-        (ResNet-18), against 4e-6 without it; JAX and MXNet compute in full
-        float32, so without the opt-in the engines would no longer agree.
-        """
-        if not self._cuda:
-            yield
-            return
-        saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = self.setup.tf32
-        try:
-            yield
-        finally:
-            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+    def _flags(self):
+        """cuDNN's flags for a step: TF32 as the run asks (off by default), algorithm timing as the forms chose."""
+        return gpu.flags(self._cuda, self.setup.tf32, "benchmark" in self.forms)
 
     def _backward(self, batch: Batch) -> StepStats:
         """Each replica's gradient of its shards' loss over the whole update's B, added to what its .grad holds."""
-        with self._tf32():
+        with self._flags():
             return self._backward_micro(batch)
 
     def _backward_micro(self, batch: Batch) -> StepStats:
@@ -149,8 +142,18 @@ class TorchReplicas(ReplicaStates):
         # In the parameters' dtype: float32 from bfloat16 logits (contract: Mixed precision).
         losses = [F.cross_entropy(logits[i].to(self.dtype), batch[i].y, reduction="sum") for i in active]
         torch.autograd.backward([loss / total for loss in losses])
-        correct = sum(int((logits[i].argmax(1) == batch[i].y).sum()) for i in active)
-        return StepStats(float(sum(loss.item() for loss in losses)), correct, batch.host.total)
+        loss, correct = self._to_host(losses, [(logits[i].argmax(1) == batch[i].y).sum() for i in active])
+        return StepStats(loss, correct, batch.host.total)
+
+    def _to_host(self, losses: list[torch.Tensor], corrects: list[torch.Tensor]) -> tuple[float, int]:
+        """The summed loss and count of right answers in one copy to the host: each ``.item()`` makes the host
+        wait for the GPU, and a host that waits cannot queue the next step's work meanwhile."""
+        if not losses:
+            return 0.0, 0
+        home = self._places[0]
+        sums = [torch.stack([t.detach().to(home, torch.float64) for t in ts]).sum() for ts in (losses, corrects)]
+        loss, correct = torch.stack(sums).tolist()
+        return loss, int(correct)
 
     def _reduce(self) -> None:
         """AllReduce of the gradients the replicas hold, over devices then processes; the next backward starts afresh.
@@ -276,7 +279,7 @@ class TorchReplicas(ReplicaStates):
 
     def _eval_logits(self, batch: Batch) -> list[torch.Tensor]:
         """Inference-mode logits of the non-empty shards, under the training's precision, in the parameters' dtype."""
-        with torch.no_grad(), self._tf32():
+        with torch.no_grad(), self._flags():
             out = []
             for i, (model, shard) in enumerate(zip(self.models, batch)):
                 model.eval()
@@ -285,13 +288,11 @@ class TorchReplicas(ReplicaStates):
             return out
 
     def evaluate(self, batch: Batch) -> StepStats:
-        loss, correct, count = 0.0, 0, 0
         active = [s for s in batch if s.size]
-        for logits, shard in zip(self._eval_logits(batch), active):
-            loss += F.cross_entropy(logits, shard.y, reduction="sum").item()
-            correct += int((logits.argmax(1) == shard.y).sum())
-            count += shard.size
-        return StepStats(loss, correct, count)
+        pairs = list(zip(self._eval_logits(batch), active))
+        loss, correct = self._to_host([F.cross_entropy(logits, shard.y, reduction="sum") for logits, shard in pairs],
+                                      [(logits.argmax(1) == shard.y).sum() for logits, shard in pairs])
+        return StepStats(loss, correct, sum(shard.size for shard in active))
 
     def predict(self, batch: Batch) -> np.ndarray:
         parts = [logits.cpu().numpy() for logits in self._eval_logits(batch)]

@@ -1,0 +1,74 @@
+"""The torch engine's forms on a GPU: cuDNN's flags for a step, and the memory layout of images.
+
+Two forms change speed and not what is computed (both within the float32
+bound of ``tests/test_gpu.py``): ``benchmark`` lets cuDNN time its
+convolution algorithms once per shape and keep the fastest (a choice by
+measurement, made by cuDNN itself), and ``channels_last`` keeps images and
+convolution weights in NHWC, the layout cuDNN's tensor-core kernels read.
+Which pays depends on the precision; the defaults are what
+``bench/bench_fashion_shape.py --torch-forms ...`` measured on an H100 (see
+``DEFAULT``). ``MULTIDEV_TORCH_GPU_FORMS`` pins them: a comma-separated list
+of forms, or ``none``. On a CPU neither applies.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+from multidev.engine import MultidevError
+
+ENV = "MULTIDEV_TORCH_GPU_FORMS"
+FORMS = ("benchmark", "channels_last")
+#: per precision, measured with ResNet-18 on Fashion-MNIST's shape (batch 256) on an H100, 2026-11-26
+DEFAULT = {"fp32": frozenset({"benchmark"}), "bf16": frozenset()}
+
+
+def chosen(precision: str, cuda: bool) -> frozenset[str]:
+    """The forms a run on a GPU takes: the environment's, else the measured default; none on a CPU."""
+    if not cuda:
+        return frozenset()
+    value = os.environ.get(ENV)
+    if value is None or not value.strip():
+        return DEFAULT.get(precision, frozenset())
+    forms = {part.strip().lower() for part in value.replace("+", ",").split(",")} - {"", "none"}
+    unknown = sorted(forms - set(FORMS))
+    if unknown:
+        raise MultidevError(f"{ENV}={value!r} names no form {', '.join(unknown)}: give a comma-separated list of "
+                            f"{', '.join(FORMS)}, or none")
+    return frozenset(forms)
+
+
+def describe() -> str:
+    """What ``multidev backends`` says of these forms."""
+    pinned = os.environ.get(ENV, "").strip()
+    if pinned:
+        return f"{pinned} ({ENV} pins it)"
+    return "; ".join(f"{precision}: {', '.join(sorted(forms)) or 'none'}" for precision, forms in DEFAULT.items()) \
+        + f" (measured on an H100; {ENV} pins a list of {', '.join(FORMS)}, or none)"
+
+
+@contextmanager
+def flags(cuda: bool, tf32: bool, benchmark: bool) -> Iterator[None]:
+    """cuDNN's and CUDA matmul's flags set for one step on a GPU, and restored after.
+
+    TF32 (a 10-bit mantissa) only when the user opted in: cuDNN would run
+    float32 convolutions in TF32 by default. Measured on an H100: one step
+    then differs from the CPU's by 1.3% (LeNet) and 6% (ResNet-18), against
+    4e-6 without it; JAX and MXNet compute in full float32, so without the
+    opt-in the engines would no longer agree.
+    """
+    if not cuda:
+        yield
+        return
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    saved = cudnn.allow_tf32, matmul.allow_tf32, cudnn.benchmark
+    cudnn.allow_tf32 = matmul.allow_tf32 = tf32
+    cudnn.benchmark = benchmark
+    try:
+        yield
+    finally:
+        cudnn.allow_tf32, matmul.allow_tf32, cudnn.benchmark = saved

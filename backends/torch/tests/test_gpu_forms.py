@@ -1,0 +1,71 @@
+"""The torch engine's GPU forms (multidev_torch.gpu): what the environment pins, and NHWC images computing what the
+reference computes. The layout is tried on CPU devices here (CI has no GPU); tests/test_gpu.py checks a GPU's step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import multidev
+from multidev import nn, reference
+from multidev.testing import FLOAT64_RTOL, batch
+from multidev.testing._helpers import assert_states_close
+from multidev_torch import gpu
+
+
+def definition() -> nn.Model:
+    x = nn.Input()
+    h = nn.ReLU()(nn.BatchNorm()(nn.Conv2d(6, 3, padding=1, bias=False)(x)))
+    h = nn.Residual(nn.Conv2d(6, 3, padding=1, bias=False), nn.BatchNorm(), nn.ReLU(), name="block")(h)
+    h = nn.MaxPool2d(2)(h)
+    return nn.Model(x, nn.Dense()(nn.Flatten()(h)))
+
+
+SPEC = multidev.ModelSpec("nhwc", (2, 8, 8), 4, graph=definition().graph())
+SIZES = (5, 3)
+
+
+@pytest.mark.parametrize("value, want", [("benchmark", {"benchmark"}), ("channels_last+benchmark", set(gpu.FORMS)),
+                                         ("none", set()), (" Benchmark , ", {"benchmark"})])
+def test_the_environment_pins_the_forms(monkeypatch, value, want):
+    monkeypatch.setenv(gpu.ENV, value)
+    assert gpu.chosen("fp32", cuda=True) == want
+    assert gpu.chosen("fp32", cuda=False) == frozenset(), "no GPU form applies on a CPU"
+    assert gpu.ENV in gpu.describe()
+
+
+def test_the_default_is_the_measured_one_per_precision(monkeypatch):
+    monkeypatch.delenv(gpu.ENV, raising=False)
+    for precision in ("fp32", "bf16"):
+        assert gpu.chosen(precision, cuda=True) == gpu.DEFAULT[precision]
+    assert "fp32:" in gpu.describe() and "bf16:" in gpu.describe()
+
+
+def test_an_unknown_form_is_one_line(monkeypatch):
+    monkeypatch.setenv(gpu.ENV, "benchmark,nhwc")
+    with pytest.raises(multidev.MultidevError, match="names no form nhwc") as err:
+        gpu.chosen("fp32", cuda=True)
+    assert "\n" not in str(err.value) and "channels_last" in str(err.value)
+
+
+@pytest.mark.parametrize("batchnorm", ["local", "sync"])
+def test_nhwc_images_step_as_the_reference(monkeypatch, batchnorm):
+    """Under channels_last the engine's float64 gradients, update and running statistics are the reference's."""
+    monkeypatch.setattr(gpu, "chosen", lambda precision, cuda: frozenset({"channels_last"}))
+    x, y = batch(SPEC, sum(SIZES))
+    setup = multidev.Setup(SPEC, tuple(multidev.resolve_devices(devices=2)), batchnorm, "float64")
+    reps = multidev.replicate(multidev.load_backend("torch"), setup, SPEC.init(2))
+    placed = reps.place(multidev.cut(x, y, SIZES))
+    assert all(s.x.is_contiguous(memory_format=torch.channels_last) and not s.x.is_contiguous() for s in placed)
+    weight = reps.models[0].get_submodule("block.conv1").weight
+    assert weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+
+    got = reps.gradients(placed)
+    want = reference.gradients(SPEC, SPEC.init(2), x, y, SIZES, batchnorm)
+    assert_states_close(got, want, rtol=FLOAT64_RTOL, promise=f"NHWC gradients ({batchnorm} BatchNorm)")
+    reps.train_step(placed, lr=0.1)
+    after = reps.state()
+    assert all(v.flags.c_contiguous for v in after.values()), "state leaves the engine in the canonical layout"
+    want_state = reference.train_step(SPEC, SPEC.init(2), x, y, 0.1, SIZES, batchnorm, np.float64)[0]
+    assert_states_close(after, want_state, rtol=FLOAT64_RTOL, promise=f"NHWC update ({batchnorm} BatchNorm)")

@@ -1,0 +1,66 @@
+"""Where a torch engine step's time goes on a GPU (or the CPU): the host's share against the device's.
+
+A small convolution net on a GPU can be bound by the host: Python and
+torch's dispatch queue kernels more slowly than the GPU runs them. This
+times whole steps of the engine (ResNet-18, 1x28x28, the book's batch) and
+then traces a few with ``torch.profiler``: the host's busy time per step,
+the device's kernel time per step, and the operations that take the most
+device time. If the step takes about as long as the host's part, the GPU
+waits for the host (CUDA graphs or fewer kernels pay there); if it takes
+about as long as the kernels, the kernels are what to speed up.
+
+    python bench/profile_torch.py --precision bf16          # gpu:0 when torch sees one, else cpu:0
+    MULTIDEV_TORCH_GPU_FORMS=channels_last python bench/profile_torch.py --precision bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import multidev
+from multidev.testing import batch
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--steps", type=int, default=20, help="timed steps, after 5 untimed ones")
+    p.add_argument("--traced", type=int, default=3)
+    p.add_argument("--top", type=int, default=12)
+    args = p.parse_args()
+    cuda = torch.cuda.is_available()
+    spec = multidev.ModelSpec("resnet18", (1, 28, 28), 10)
+    setup = multidev.Setup(spec, (multidev.Device.parse("gpu:0" if cuda else "cpu:0"),), precision=args.precision)
+    reps = multidev.replicate(multidev.load_backend("torch"), setup, spec.init(0))
+    x, y = batch(spec, args.batch)
+    placed = reps.place(multidev.cut(x, y, [args.batch]))
+
+    def steps(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            reps.train_step(placed, lr=0.01)  # each step copies its loss to the host: no sync needed after
+        return (time.perf_counter() - start) / n
+
+    steps(5)
+    wall = steps(args.steps)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        steps(args.traced)
+    events = prof.key_averages()
+    device = sum(e.self_device_time_total for e in events) / 1e3 / args.traced if cuda else float("nan")
+    host = sum(e.self_cpu_time_total for e in events) / 1e3 / args.traced
+    print(f"# torch {torch.__version__}, {setup.devices[0]}, {args.precision}, batch {args.batch}, "
+          f"forms {sorted(reps.forms) or 'none'}")
+    print(f"step {1e3 * wall:.1f} ms (untraced); per traced step: host busy {host:.1f} ms, "
+          f"device kernels {device:.1f} ms")
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    print(events.table(sort_by=key, row_limit=args.top, max_name_column_width=60))
+
+
+if __name__ == "__main__":
+    main()
