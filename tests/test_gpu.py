@@ -5,6 +5,7 @@ import pytest
 
 import multidev
 from multidev.testing import CROSS_ENGINE_RTOL, LENET, RESNET, batch
+from multidev.testing.recipes import BF16_STEP_RTOL
 
 # The whole SGD update as one vector, GPU against CPU. Engines compute float32 in full float32 on
 # the GPU (measured on an H100: 8e-7 LeNet, 4e-6 ResNet-18, torch and JAX alike); with cuDNN's
@@ -49,3 +50,22 @@ def test_gpu_step_matches_cpu(name, spec):
 def test_gpus_flag_uses_the_gpu(name):
     result = multidev.train(name, gpus=1, model="lenet", dataset=multidev.data.synthetic(), epochs=1)
     assert result.devices == ["gpu:0"] and result.test_total == 128
+
+
+@pytest.mark.skipif(not ENGINES, reason="no installed engine sees a GPU on this machine")
+@pytest.mark.parametrize("name", ENGINES)
+def test_gpu_bf16_step_is_near_the_float32_one(name):
+    """bf16 on the GPU (the torch engine's NHWC images too) moves the weights as float32 on the CPU does, within
+    what bfloat16 costs one update (BF16_STEP_RTOL was measured on LeNet)."""
+    engine = multidev.load_backend(name)
+    x, y = batch(LENET, 12)
+    start = LENET.init(0)
+    updates = []
+    for device, precision in (("gpu:0", "bf16"), ("cpu:0", "fp32")):
+        setup = multidev.Setup(LENET, [multidev.Device.parse(device)], precision=precision)
+        reps = multidev.replicate(engine, setup, start)
+        reps.train_step(reps.place(multidev.cut(x, y, [12])), lr=0.1)
+        after = reps.state()
+        updates.append(np.concatenate([(after[n] - start[n]).ravel() for n in LENET.trainable()]))
+    err = np.linalg.norm(updates[0] - updates[1]) / np.linalg.norm(updates[1])
+    assert err <= BF16_STEP_RTOL, f"{name}: a bf16 update on gpu:0 is {err:.2f} of its size from float32's on cpu:0"
