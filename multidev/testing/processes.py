@@ -291,11 +291,15 @@ class MultiProcessChecks(EngineFixtures):
             "    if os.environ.get('RANK') == '0':\n"
             "        raise OSError(28, 'No space left on device (one worker alone)')\n"
             "    return readme_definition(16)\n")
+        temp = tmp_path / "tmp"
+        temp.mkdir()
         start = time.monotonic()
         done = subprocess.run(command(engine.name, *LENET_JOB, "--model", f"{tmp_path / 'net.py'}:build",
                                       "--processes", "2", "--threads", THREADS, "--master", f"127.0.0.1:{free_port()}"),
-                              capture_output=True, text=True, timeout=400)
+                              capture_output=True, text=True, timeout=400, env={**os.environ, "TMPDIR": str(temp)})
         seconds = time.monotonic() - start
+        left = sorted(p.name for p in temp.iterdir())
+        assert not left, f"processes: the job left {left} in the temporary folder"
         assert done.returncode not in (0, None), "processes: the job succeeded though a worker failed"
         assert "No space left on device (one worker alone)" in done.stderr, done.stderr[-3000:]
         assert "worker rank 0 exited with code 1" in done.stderr.strip().splitlines()[-1], done.stderr[-3000:]

@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import sys
+import tempfile
 from datetime import timedelta
 from typing import Iterator, Optional, Sequence
 
@@ -58,8 +60,10 @@ def _first_failed(failures: dict) -> tuple[int, int]:
 class _Agent(LocalElasticAgent):
     """torch's own agent, that says each restart in one line and keeps its record."""
 
-    def __init__(self, spec: WorkerSpec, launch: Launch) -> None:
-        super().__init__(spec, DefaultLogsSpecs(), exit_barrier_timeout=launch.timeout, shutdown_timeout=int(GRACE))
+    def __init__(self, spec: WorkerSpec, launch: Launch, logs: str) -> None:
+        # torch's default is a fresh /tmp/torchelastic_* per launch, left behind (empty) after every job
+        super().__init__(spec, DefaultLogsSpecs(log_dir=logs), exit_barrier_timeout=launch.timeout,
+                         shutdown_timeout=int(GRACE))
         self.launch, self.restarts, self.failures = launch, [], {}
 
     def _monitor_workers(self, worker_group):
@@ -77,7 +81,7 @@ class _Agent(LocalElasticAgent):
         super()._restart_workers(worker_group)
 
 
-def _agent(argv: Sequence[str], launch: Launch) -> _Agent:
+def _agent(argv: Sequence[str], launch: Launch, logs: str) -> _Agent:
     """torchrun's agent for this machine's workers, on the static rendezvous at ``--master`` (machine 0 hosts it)."""
     host, port = parse_master(launch.master)
     rendezvous = RendezvousParameters(backend="static", endpoint=launch.master, run_id="multidev",
@@ -86,7 +90,7 @@ def _agent(argv: Sequence[str], launch: Launch) -> _Agent:
     spec = WorkerSpec(role="multidev", local_world_size=launch.processes, entrypoint=sys.executable,
                       args=("-m", "multidev", *argv), rdzv_handler=rendezvous_handler(rendezvous),
                       max_restarts=launch.max_restarts, monitor_interval=0.1, master_addr=host, master_port=port)
-    return _Agent(spec, launch)
+    return _Agent(spec, launch, logs)
 
 
 def launch(argv: Sequence[str], launch: Launch) -> list[Restart]:
@@ -102,8 +106,9 @@ def launch(argv: Sequence[str], launch: Launch) -> list[Restart]:
     levels = {name: logging.getLogger(name).level for name in names}
     for name in names:
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    logs = tempfile.mkdtemp(prefix="torchelastic_")
     try:
-        agent = _agent(argv, launch)
+        agent = _agent(argv, launch, logs)
         result = agent.run()
         if result.is_failed():
             agent._exit_barrier()  # noqa: SLF001 - the finished machines wait there for this one
@@ -117,6 +122,7 @@ def launch(argv: Sequence[str], launch: Launch) -> list[Restart]:
         raise MultidevError(f"the workers could not meet at {launch.master}: {first_line(exc)}; check --master (a "
                             f"free port on machine 0, reachable from every machine)") from None
     finally:
+        shutil.rmtree(logs, ignore_errors=True)
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
 
