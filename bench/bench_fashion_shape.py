@@ -60,8 +60,12 @@ def main() -> None:
                         help="torch: comma-separated variants of the engine's GPU forms to time, each 'default', "
                              "'none' or forms joined by '+' (benchmark, channels_last), e.g. "
                              "default,none,benchmark+channels_last (MULTIDEV_TORCH_GPU_FORMS for each)")
+    parser.add_argument("--jax-env", default="default",
+                        help="JAX: semicolon-separated variants to time, each 'default' or VAR=value set for that run, "
+                             "e.g. 'default;MULTIDEV_JAX_SUMS=reduce'")
     parser.add_argument("--worker-timeout", type=float, default=300, help="seconds each engine and precision may take")
     parser.add_argument("--worker", nargs=2, metavar=("BACKEND", "PRECISION"), help=argparse.SUPPRESS)
+    parser.add_argument("--variant", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         backend, precision = args.worker
@@ -79,6 +83,8 @@ def main() -> None:
             from multidev_torch import gpu
             label += f" [{'+'.join(sorted(gpu.chosen(precision, True))) or 'none'}" \
                      f"{'' if os.environ.get(gpu.ENV) else ', default'}]"
+        elif args.variant:
+            label += f" [{args.variant}]"
         print(f"| {backend} | {label} | "
               f"{', '.join(result.devices)} | {', '.join(f'{s:.1f}' for s in secs)} | {work:.1f} TFLOP/s, {share} "
               f"| {result.compile_seconds:.1f} | {TARGETS[precision]} s: {verdict} |", flush=True)
@@ -88,26 +94,39 @@ def main() -> None:
           "|---|---|---|---|---|---|---|")
     for backend in args.backends.split(","):
         for precision in args.precisions.split(","):
-            for forms in args.torch_forms.split(",") if backend == "torch" else ["default"]:
-                _worker(args, backend, precision, forms)
+            for variant in _variants(args, backend):
+                _worker(args, backend, precision, variant)
 
 
-def _worker(args: argparse.Namespace, backend: str, precision: str, forms: str) -> None:
-    """One engine, precision and set of forms in a fresh process (its own GPU memory and compile caches)."""
+def _variants(args: argparse.Namespace, backend: str) -> list[dict[str, str]]:
+    """The environments to time ``backend`` in: each a set of variables changed from this one's."""
+    if backend == "torch":
+        return [{} if forms == "default" else {"MULTIDEV_TORCH_GPU_FORMS": forms}
+                for forms in args.torch_forms.split(",")]
+    if backend == "jax":
+        return [{} if item.strip() == "default" else dict([item.strip().split("=", 1)])
+                for item in args.jax_env.split(";") if item.strip()]
+    return [{}]
+
+
+def _worker(args: argparse.Namespace, backend: str, precision: str, variant: dict[str, str]) -> None:
+    """One engine, precision and environment in a fresh process (its own GPU memory and compile caches)."""
+    text = " ".join(f"{k}={v}" for k, v in variant.items())
     command = [sys.executable, __file__, "--worker", backend, precision, "--gpus", str(args.gpus),
                "--epochs", str(args.epochs), "--batch", str(args.batch), "--lr", str(args.lr),
-               "--train", str(args.train), "--test", str(args.test)] + (["--tf32"] if args.tf32 else [])
+               "--train", str(args.train), "--test", str(args.test), "--variant", text] \
+        + (["--tf32"] if args.tf32 else [])
     env = {k: v for k, v in os.environ.items() if k != "MULTIDEV_TORCH_GPU_FORMS"}
-    if forms != "default":
-        env["MULTIDEV_TORCH_GPU_FORMS"] = forms
+    env.update(variant)
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=args.worker_timeout, env=env)
     except subprocess.TimeoutExpired:
-        print(f"| {backend} | {precision} {forms} | timed out after {args.worker_timeout:.0f} s | | | | |", flush=True)
+        print(f"| {backend} | {precision} {text} | timed out after {args.worker_timeout:.0f} s | | | | |", flush=True)
         return
     lines = proc.stdout.strip().splitlines()
     print(lines[-1] if proc.returncode == 0 and lines else
-          f"| {backend} | {precision} {forms} | failed: {proc.stderr.strip().splitlines()[-1:]} | | | | |", flush=True)
+          f"| {backend} | {precision} {text} | failed: {proc.stderr.strip().splitlines()[-1:]} | | | | |", flush=True)
+
 
 if __name__ == "__main__":
     main()
