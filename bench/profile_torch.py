@@ -19,6 +19,7 @@ import argparse
 import time
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 import multidev
@@ -52,11 +53,13 @@ def main() -> None:
     with profile(activities=activities) as prof:
         steps(args.traced)
     events = prof.key_averages()
-    device = sum(e.self_device_time_total for e in events) / 1e3 / args.traced if cuda else float("nan")
-    host = sum(e.self_cpu_time_total for e in events) / 1e3 / args.traced
+    # kernels only: an operator's own row repeats its kernels' time (counted once per step here)
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    device = sum(e.self_device_time_total for e in kernels) / 1e3 / args.traced if cuda else float("nan")
+    host = events.self_cpu_time_total / 1e3 / args.traced  # every host thread's (autograd runs its own)
     print(f"# torch {torch.__version__}, {setup.devices[0]}, {args.precision}, batch {args.batch}, "
           f"forms {sorted(reps.forms) or 'none'}")
-    print(f"step {1e3 * wall:.1f} ms (untraced); per traced step: host busy {host:.1f} ms, "
+    print(f"step {1e3 * wall:.1f} ms (untraced); per traced step: host threads busy {host:.1f} ms, "
           f"device kernels {device:.1f} ms")
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
     print(events.table(sort_by=key, row_limit=args.top, max_name_column_width=60))
