@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import ContextManager, Iterator, Optional
 
 import numpy as np
 import torch
@@ -116,7 +116,7 @@ class TorchReplicas(ReplicaStates):
                 for bn in self._bns[i]:
                     bn.exchange = None
 
-    def _flags(self):
+    def _flags(self) -> ContextManager[None]:
         """cuDNN's flags for a step: TF32 as the run asks (off by default), algorithm timing as the forms chose."""
         return gpu.flags(self._cuda, self.setup.tf32, "benchmark" in self.forms)
 
