@@ -50,7 +50,8 @@ def write_state(opt: torch.optim.Optimizer, optimizer: Optimizer, params: Mappin
     """
     updates = int(state[STEP])
     for name, p in params.items():
-        held = {SLOTS[slot]: torch.from_numpy(np.array(state[slot_name(slot, name)])).to(p.device, p.dtype)
+        # empty_like: each slot in its parameter's device, dtype and memory layout (NHWC on a GPU: multidev_torch.gpu)
+        held = {SLOTS[slot]: torch.empty_like(p).copy_(torch.from_numpy(np.array(state[slot_name(slot, name)])))
                 for slot in optimizer.slots}
         if optimizer.name == "adamw":
             held["step"] = torch.tensor(float(updates))  # as torch makes it: on the CPU, default dtype

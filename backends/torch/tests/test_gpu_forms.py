@@ -10,6 +10,7 @@ import torch
 import multidev
 from multidev import nn, reference
 from multidev.testing import FLOAT64_RTOL, batch
+from multidev.rules.optimizers import Optimizer
 from multidev.testing._helpers import assert_states_close
 from multidev_torch import gpu
 
@@ -69,3 +70,27 @@ def test_nhwc_images_step_as_the_reference(monkeypatch, batchnorm):
     assert all(v.flags.c_contiguous for v in after.values()), "state leaves the engine in the canonical layout"
     want_state = reference.train_step(SPEC, SPEC.init(2), x, y, 0.1, SIZES, batchnorm, np.float64)[0]
     assert_states_close(after, want_state, rtol=FLOAT64_RTOL, promise=f"NHWC update ({batchnorm} BatchNorm)")
+
+
+@pytest.mark.parametrize("optimizer", [Optimizer(momentum=0.9), Optimizer("adamw", betas=(0.8, 0.99), eps=1e-3)],
+                         ids=["momentum", "adamw"])
+def test_nhwc_optimizer_state_resumes_as_the_canonical_layout_does(monkeypatch, optimizer):
+    """Two updates with the optimizer's state saved and loaded between them, NHWC against the canonical layout:
+    the same float64 parameters, and the loaded slots in their parameters' layout."""
+    x, y = batch(SPEC, 16)
+    ends = {}
+    for form in ("channels_last", None):
+        monkeypatch.setattr(gpu, "chosen", lambda precision, cuda: frozenset({form} - {None}))
+        setup = multidev.Setup(SPEC, tuple(multidev.resolve_devices(devices=2)), "sync", "float64",
+                               optimizer=optimizer)
+        reps = multidev.replicate(multidev.load_backend("torch"), setup, SPEC.init(2))
+        reps.train_step(reps.place(multidev.cut(x[:8], y[:8], SIZES)), lr=0.1)
+        resumed = multidev.replicate(multidev.load_backend("torch"), setup, reps.state())
+        resumed.load_optimizer_state(reps.optimizer_state())
+        weight = resumed.models[0].get_submodule("block.conv1").weight
+        slot = next(iter(resumed.optimizers[0].state[weight].values()))
+        assert slot.stride() == weight.stride(), f"{form}: a loaded slot is not in its parameter's layout"
+        resumed.train_step(resumed.place(multidev.cut(x[8:], y[8:], SIZES)), lr=0.1)
+        ends[form] = resumed.state()
+    assert_states_close(ends["channels_last"], ends[None], rtol=FLOAT64_RTOL,
+                        promise=f"NHWC against NCHW, {optimizer.name} resumed between two updates")
