@@ -8,6 +8,8 @@ the core's own business and may change without notice to engine authors.
 from __future__ import annotations
 
 from multidev.engines.capabilities import CAPABILITIES
+from multidev.engines.choices import Kept as KeptChoices
+from multidev.engines.choices import cache_home, cpu_tag
 from multidev.engines.cpu import cpu_flags
 from multidev.engines.idioms import MultiProcess, ReplicaStates, labels, predictions
 from multidev.engines.lockstep import AllGather, combine_moments, run_lockstep
@@ -39,4 +41,6 @@ __all__ = [
     # idioms every engine shares (multidev.engines.idioms; first_line from multidev.errors), and the cores a
     # process may run on and the CPU's feature flags
     "MultiProcess", "ReplicaStates", "cpu_flags", "first_line", "labels", "predictions", "usable_cores",
+    # forms chosen by timing them on this CPU, kept per CPU kind (multidev.engines.choices)
+    "KeptChoices", "cache_home", "cpu_tag",
 ]

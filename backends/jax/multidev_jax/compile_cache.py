@@ -19,13 +19,13 @@ cache is used.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import platform
 from pathlib import Path
 from typing import Optional
 
 import jax
+
+from multidev.engine import cache_home, cpu_tag
 
 ENV = "MULTIDEV_COMPILE_CACHE"
 OFF = ("0", "off", "false", "no")
@@ -45,20 +45,8 @@ def hits() -> int:
     return _hits[0]
 
 
-def _cpu_tag() -> str:
-    """This CPU's vendor, model and feature flags, hashed: entries of other CPUs live in other folders."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        keep = [ln for ln in lines if ln.split(":")[0].strip() in ("vendor_id", "model name", "flags", "Features")]
-        text = "\n".join(dict.fromkeys(keep))
-    except OSError:
-        text = platform.processor()
-    return f"{platform.machine()}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-
-
 def default_folder() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "multidev" / "jax-compile"
+    return cache_home() / "jax-compile"
 
 
 def configure() -> None:
@@ -74,7 +62,7 @@ def configure() -> None:
         _note.append(f"{jax.config.jax_compilation_cache_dir} (JAX's own setting, kept)")
         _folder.append(Path(jax.config.jax_compilation_cache_dir))
         return
-    folder = Path(value or default_folder()) / _cpu_tag()
+    folder = Path(value or default_folder()) / cpu_tag()
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)  # executables are code: the user's alone
     except OSError as exc:

@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 import jax
 
+from multidev.engine import cpu_tag
+
 from . import compile_cache
 
 _state: list[str] = []   # this process's note, once decided
@@ -58,7 +60,7 @@ def share(rank: int, size: int) -> str:
     except (ImportError, AttributeError):
         _state.append("not shared (this JAX lacks the names it rests on): every process compiles")
         return note()
-    tag = compile_cache._cpu_tag() if compile_cache.folder() is not None else "no"
+    tag = cpu_tag() if compile_cache.folder() is not None else "no"
     votes = _votes(global_state.client, rank, size, tag)
     if votes != {tag} or tag == "no":
         why = "the compilation cache is off in a process" if "no" in votes else "the job's machines' CPUs differ"
