@@ -8,7 +8,7 @@ import torch
 
 from multidev.engine import MultiProcess, Setup, State
 
-from . import distributed, gpu
+from . import cpu, distributed, gpu
 from .devices import gpu_count
 from .parallel import TorchReplicas
 
@@ -25,7 +25,8 @@ class TorchBackend(MultiProcess):
         return {"threads": f"{torch.get_num_threads()} (torch's own setting; this engine leaves it alone)",
                 "tf32": "off unless the run opts in (tf32): cuDNN's and CUDA matmul's TF32 flags are set to the "
                         "run's choice for each step on a GPU and restored after",
-                "gpu forms": gpu.describe()}
+                "gpu forms": gpu.describe(),
+                "cpu layout": cpu.describe()}
 
     def gpu_count(self) -> int:
         return gpu_count()

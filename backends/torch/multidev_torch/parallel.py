@@ -8,7 +8,8 @@ gradients are summed with ``torch.cuda.comm``. Each replica holds its own
 gradient and step alike.
 Micro-batches accumulate in each replica's own ``.grad`` (autograd adds up),
 summed over devices and processes once, before the update (as DDP's ``no_sync``).
-On a GPU the forms of :mod:`.gpu` apply (cuDNN's algorithm timing, NHWC images).
+On a GPU the forms of :mod:`.gpu` apply (cuDNN's algorithm timing, NHWC images), on a CPU the layout
+:mod:`.cpu` timed.
 Running statistics are made equal after every micro-batch by one rule, in a
 process or a job: the core's ``statistic_sources``, summed here and, in a
 job, over the processes (``all_sum_tensors``).
@@ -28,7 +29,7 @@ import torch.nn.functional as F
 from multidev.engine import (AllGather, DeviceShard, HostSum, MultidevError, Placed, ReplicaStates, Setup, Shards,
                              State, StepStats, labels, predictions, run_lockstep, statistic_sources)
 
-from . import gpu, optimizers
+from . import cpu, gpu, optimizers
 from .batchnorm import BatchNorm
 from .devices import torch_device
 from .distributed import all_sum_tensors, host_sum
@@ -61,9 +62,9 @@ class TorchReplicas(ReplicaStates):
         self.dtype = getattr(torch, setup.dtype)
         self._places = [torch_device(d) for d in setup.devices]
         self._cuda = any(place.type == "cuda" for place in self._places)
-        self.forms = gpu.chosen(setup.precision, self._cuda)
-        self._layout = torch.channels_last if "channels_last" in self.forms else torch.contiguous_format
         base = build(self.spec)
+        self.forms = gpu.chosen(setup.precision, self._cuda) | cpu.chosen(setup, base, self._cuda)
+        self._layout = torch.channels_last if "channels_last" in self.forms else torch.contiguous_format
         self.models = [copy.deepcopy(base).to(place, self.dtype).to(memory_format=self._layout)
                        for place in self._places]
         self.load_state(state)
