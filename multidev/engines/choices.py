@@ -14,10 +14,12 @@ import hashlib
 import json
 import os
 import platform
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
 
+@lru_cache(maxsize=1)
 def cpu_tag() -> str:
     """This CPU's vendor, model and feature flags, hashed: what is kept for one CPU is kept apart from another's."""
     try:

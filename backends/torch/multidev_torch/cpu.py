@@ -6,7 +6,7 @@ ResNet-18's bf16 steps (1x28x28, 64 rows) took 311-323 ms in NHWC against
 (``bench/profile_torch.py --forms``). No constant is right on every CPU, so
 when a run builds its replicas on CPU devices the engine times a training
 step's forward and backward in both layouts, on a copy of the model and
-random images of the run's shard shape (the run itself is untouched), and
+random images of the run's shard shape (at most 32 rows; the run itself is untouched), and
 keeps the faster in ``layout.json`` under ``~/.cache/multidev/torch/<cpu>``
 per model, shard shape and precision. ``multidev backends`` says what was
 chosen; ``MULTIDEV_TORCH_LAYOUT=nchw`` or ``nhwc`` pins it (the test suite
@@ -36,6 +36,7 @@ FORMS = ("nchw", "nhwc")
 DEFAULT = "nchw"
 LABELS = {"nchw": "NCHW", "nhwc": "NHWC (channels_last)"}
 REPEATS = 2  # timed steps per layout, after one untimed
+PROBE_ROWS = 32  # at most this many of a shard's rows are timed: large images would otherwise take a minute
 
 
 def _folder() -> Optional[Path]:
@@ -84,9 +85,10 @@ def _timer(model: nn.Module, setup: Setup, rows: int, form: str) -> Callable[[],
     def seconds() -> float:
         probe = copy.deepcopy(model).to(memory_format=layout).train()
         generator = torch.Generator().manual_seed(0)
-        x = torch.randn(rows, *spec.in_shape, generator=generator).contiguous(memory_format=layout)
-        y = torch.randint(0, spec.num_classes, (rows,), generator=generator)
-        masks = {node: torch.ones(rows, *shape) for node, _, shape in spec.dropouts()} or None
+        n = min(rows, PROBE_ROWS)
+        x = torch.randn(n, *spec.in_shape, generator=generator).contiguous(memory_format=layout)
+        y = torch.randint(0, spec.num_classes, (n,), generator=generator)
+        masks = {node: torch.ones(n, *shape) for node, _, shape in spec.dropouts()} or None
         best = math.inf
         for attempt in range(REPEATS + 1):
             start = time.perf_counter()
