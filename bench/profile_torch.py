@@ -10,8 +10,11 @@ waits for the host (CUDA graphs or fewer kernels pay there); if it takes
 about as long as the kernels, the kernels are what to speed up.
 
     python bench/profile_torch.py --precision bf16          # gpu:0 when torch sees one, else cpu:0
-    MULTIDEV_TORCH_GPU_FORMS=channels_last python bench/profile_torch.py --precision bf16
-    python bench/profile_torch.py --precision bf16 --batch 64 --forms channels_last --traced 1   # NHWC on a CPU
+    MULTIDEV_TORCH_GPU_FORMS=channels_last python bench/profile_torch.py --precision bf16   # a GPU form pinned
+    MULTIDEV_TORCH_LAYOUT=nhwc python bench/profile_torch.py --precision bf16 --batch 64 --traced 1   # NHWC on a CPU
+
+A CPU run here builds its replicas without a run's batch size, so it times
+no layout: NCHW unless ``MULTIDEV_TORCH_LAYOUT`` pins NHWC.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 import multidev
-from multidev_torch import gpu
 from multidev.testing import batch
 
 
@@ -35,12 +37,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20, help="timed steps, after 5 untimed ones")
     p.add_argument("--traced", type=int, default=3)
     p.add_argument("--top", type=int, default=12)
-    p.add_argument("--forms", help="the engine's GPU forms to apply, on a CPU too: 'none' or forms joined by '+' "
-                                   "(benchmark, channels_last); default: the engine's own choice")
     args = p.parse_args()
-    if args.forms is not None:
-        forced = frozenset(args.forms.split("+")) - {"none"}
-        gpu.chosen = lambda precision, cuda: forced  # the engine reads it through the module: a bench-only override
     cuda = torch.cuda.is_available()
     spec = multidev.ModelSpec("resnet18", (1, 28, 28), 10)
     setup = multidev.Setup(spec, (multidev.Device.parse("gpu:0" if cuda else "cpu:0"),), precision=args.precision)

@@ -3,7 +3,7 @@
 oneDNN runs some convolutions faster on NHWC: on an Intel Xeon with AMX,
 ResNet-18's bf16 steps (1x28x28, 64 rows) took 311-323 ms in NHWC against
 350-368 ms, while float32 steps were the same within the spread
-(``bench/profile_torch.py --forms``). No constant is right on every CPU, so
+(``bench/profile_torch.py`` with ``MULTIDEV_TORCH_LAYOUT``). No constant is right on every CPU, so
 when a run builds its replicas on CPU devices the engine times a training
 step's forward and backward in both layouts, on a copy of the model and
 random images of the run's shard shape (at most 32 rows; the run itself is untouched), and

@@ -1,5 +1,6 @@
 """The torch engine's GPU forms (multidev_torch.gpu): what the environment pins, and NHWC images computing what the
-reference computes. The layout is tried on CPU devices here (CI has no GPU); tests/test_gpu.py checks a GPU's step."""
+reference computes. The layout is tried on CPU devices here, pinned by MULTIDEV_TORCH_LAYOUT (CI has no GPU);
+tests/test_gpu.py checks a GPU's step."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from multidev import nn, reference
 from multidev.testing import FLOAT64_RTOL, batch
 from multidev.rules.optimizers import Optimizer
 from multidev.testing._helpers import assert_states_close
-from multidev_torch import gpu
+from multidev_torch import cpu, gpu
 
 
 def definition() -> nn.Model:
@@ -53,7 +54,7 @@ def test_an_unknown_form_is_one_line(monkeypatch):
 @pytest.mark.parametrize("batchnorm", ["local", "sync"])
 def test_nhwc_images_step_as_the_reference(monkeypatch, batchnorm):
     """Under channels_last the engine's float64 gradients, update and running statistics are the reference's."""
-    monkeypatch.setattr(gpu, "chosen", lambda precision, cuda: frozenset({"channels_last"}))
+    monkeypatch.setenv(cpu.ENV, "nhwc")
     x, y = batch(SPEC, sum(SIZES))
     setup = multidev.Setup(SPEC, tuple(multidev.resolve_devices(devices=2)), batchnorm, "float64")
     reps = multidev.replicate(multidev.load_backend("torch"), setup, SPEC.init(2))
@@ -79,8 +80,8 @@ def test_nhwc_optimizer_state_resumes_as_the_canonical_layout_does(monkeypatch, 
     the same float64 parameters, and the loaded slots in their parameters' layout."""
     x, y = batch(SPEC, 16)
     ends = {}
-    for form in ("channels_last", None):
-        monkeypatch.setattr(gpu, "chosen", lambda precision, cuda: frozenset({form} - {None}))
+    for form in ("nhwc", "nchw"):
+        monkeypatch.setenv(cpu.ENV, form)
         setup = multidev.Setup(SPEC, tuple(multidev.resolve_devices(devices=2)), "sync", "float64",
                                optimizer=optimizer)
         reps = multidev.replicate(multidev.load_backend("torch"), setup, SPEC.init(2))
@@ -92,5 +93,5 @@ def test_nhwc_optimizer_state_resumes_as_the_canonical_layout_does(monkeypatch, 
         assert slot.stride() == weight.stride(), f"{form}: a loaded slot is not in its parameter's layout"
         resumed.train_step(resumed.place(multidev.cut(x[8:], y[8:], SIZES)), lr=0.1)
         ends[form] = resumed.state()
-    assert_states_close(ends["channels_last"], ends[None], rtol=FLOAT64_RTOL,
+    assert_states_close(ends["nhwc"], ends["nchw"], rtol=FLOAT64_RTOL,
                         promise=f"NHWC against NCHW, {optimizer.name} resumed between two updates")
