@@ -22,6 +22,7 @@ CAPABILITIES = frozenset({
     "optimizers",       # every Optimizer (momentum, Nesterov, weight decay, adamw) and its state (OptimizerState)
     "accumulate",       # train_step(..., update=False): gradients of micro-batches added up before one update
     "bf16",             # precision="bf16": compute in bfloat16, parameters and optimizer state in float32
+    "pending_stats",    # train_step(..., pending=True) may return its sums before the step ends (PendingStats)
 })
 
 

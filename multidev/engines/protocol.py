@@ -12,7 +12,7 @@ docs/writing-a-backend.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence, TypeVar, Union, runtime_checkable
 
 import numpy as np
 
@@ -91,6 +91,14 @@ class StepStats:
     count: int       # samples seen: the minibatch size
 
 
+@runtime_checkable
+class PendingStats(Protocol):
+    """A step's sums still on the devices (engines that claim ``pending_stats``): reading them waits for the step."""
+
+    def result(self) -> StepStats:
+        """The sums on the host."""
+
+
 BatchT = TypeVar("BatchT")
 
 
@@ -114,7 +122,8 @@ class Replicas(Protocol[BatchT]):
     def shards(self, batch: BatchT) -> list[np.ndarray]:
         """The images each device holds for ``batch``, back on the host (for checks)."""
 
-    def train_step(self, batch: BatchT, lr: float, *, update: bool = True) -> StepStats:
+    def train_step(self, batch: BatchT, lr: float, *, update: bool = True, pending: bool = False
+                   ) -> Union[StepStats, PendingStats]:
         """Forward and backward on every device, aggregate, and update with ``setup.optimizer`` at rate ``lr``.
 
         Each shard's loss sum is divided by ``batch``'s ``Shards.batch``: the
@@ -122,6 +131,9 @@ class Replicas(Protocol[BatchT]):
         ``accumulate``) the aggregated gradient is added to what the replicas
         hold and nothing is updated; the next ``update=True`` step adds its own
         gradient, updates once with the total, and starts a new sum.
+        With ``pending=True`` (passed only to engines that claim
+        ``pending_stats``) the step may return before its sums reach the host,
+        so that the next step is queued while this one runs.
         """
 
     def gradients(self, batch: BatchT) -> State:

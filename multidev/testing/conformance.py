@@ -4,11 +4,12 @@ from multidev.testing.data import DataChecks
 from multidev.testing.kit import (AccuracyChecks, AggregationChecks, BatchNormChecks, CheckpointChecks,
                                   EvaluationChecks, ParityChecks, PlacementChecks, ReplicateChecks)
 from multidev.testing.layers import LayerChecks
+from multidev.testing.pending import PendingChecks
 from multidev.testing.processes import MultiProcessChecks
 from multidev.testing.recipes import RecipeChecks
 
 
 class Conformance(PlacementChecks, ReplicateChecks, AggregationChecks, BatchNormChecks, EvaluationChecks,
                   CheckpointChecks, ParityChecks, AccuracyChecks, RecipeChecks, MultiProcessChecks, LayerChecks,
-                  DataChecks):
+                  DataChecks, PendingChecks):
     """Every promise of docs/contract.md; subclass it with ``backend = "name"`` or an ``engine`` fixture."""

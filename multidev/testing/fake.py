@@ -41,12 +41,14 @@ FAULTS = {
     "weigh-1/k": "weighs every shard's mean gradient 1/k instead of n_i / B",
     "decoupled-sgd-decay": "decays sgd's weights apart from the gradient (w *= 1 - lr * decay), as AdamW does",
     "maxpool-averages": "builds MaxPool2d as average pooling",
+    "shared-sums": "a pending step's sums sit in one buffer that every later step overwrites",
 }
 
 
 class FakeEngine:
     name = "fake"
-    capabilities = frozenset({"virtual_cpu", "sync_batchnorm", "float64", "optimizers", "accumulate"})
+    capabilities = frozenset({"virtual_cpu", "sync_batchnorm", "float64", "optimizers", "accumulate",
+                              "pending_stats"})
     frameworks = ("numpy",)
 
     def __init__(self, fault: Optional[str] = None) -> None:
@@ -67,6 +69,16 @@ class FakeEngine:
         return FakeReplicas(setup, state, self.fault)
 
 
+class Held:
+    """A step's sums kept for a later read (``pending_stats``), as an engine whose device runs behind would."""
+
+    def __init__(self, row: np.ndarray, count: int) -> None:
+        self.row, self.count = row, count
+
+    def result(self) -> StepStats:
+        return StepStats(float(self.row[0]), int(self.row[1]), self.count)
+
+
 def _built(spec: ModelSpec, fault: Optional[str]) -> ModelSpec:
     if fault != "maxpool-averages":
         return spec
@@ -85,6 +97,7 @@ class FakeReplicas:
         self.load_state(state)
         self.load_optimizer_state(setup.optimizer.init_state(setup.spec, self.dtype))
         self._held: Optional[State] = None  # the gradient summed over the micro-batches so far
+        self._sums = np.zeros(2)  # the "shared-sums" fault's one buffer
 
     def place(self, shards: Shards) -> Shards:
         k, total = len(shards.x), shards.total
@@ -125,9 +138,15 @@ class FakeReplicas:
         share = dtype(len(x) / batch.batch)  # a micro-batch's rows over the whole update's
         return grads if share == 1 else {name: g * share for name, g in grads.items()}
 
-    def train_step(self, batch: Shards, lr: float, *, update: bool = True) -> StepStats:
+    def train_step(self, batch: Shards, lr: float, *, update: bool = True, pending: bool = False
+                   ) -> StepStats | Held:
         with np.errstate(all="ignore"):  # a diverging run is the core's to stop, without NumPy's warnings
-            return self._train_step(batch, lr, update)
+            stats = self._train_step(batch, lr, update)
+        if not pending:
+            return stats
+        row = self._sums if self.fault == "shared-sums" else np.zeros(2)
+        row[:] = stats.loss_sum, stats.correct
+        return Held(row, stats.count)
 
     def _train_step(self, batch: Shards, lr: float, update: bool) -> StepStats:
         x, y = self._whole(batch)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -14,24 +13,12 @@ import numpy as np
 from multidev.data import Dataset, batches, epoch_order, num_batches
 from multidev.data.transforms import Transforms
 from multidev.engines.protocol import Replicas
-from multidev.errors import MultidevError
 from multidev.processes.job import Job
 from multidev.rules.dropout import shard_masks
 from multidev.rules.split import Shards, shard_sizes
 from multidev.settings.run import Settings
+from multidev.training.ledger import Ledger, Position
 from multidev.training.prefetch import ahead
-
-
-@dataclass
-class Position:
-    """Where an epoch stands after ``step`` steps: what a mid-epoch checkpoint must carry to resume exactly."""
-
-    epoch: int
-    step: int = 0
-    loss: float = 0.0
-    correct: int = 0
-    seen: int = 0
-    seconds: float = 0.0
 
 
 class Stopped(Exception):
@@ -118,14 +105,9 @@ def _tick(bar, done: threading.Event) -> None:
         bar.refresh()
 
 
-def _finite(loss_sum: float, epoch: int, step: int) -> None:
-    if not math.isfinite(loss_sum):
-        raise MultidevError(f"training diverged at epoch {epoch}, step {step} (the loss is {loss_sum}): lower "
-                            f"the learning rate; the checkpoint on disk, if any, is from before")
-
-
 def train_epoch(replicas: Replicas, epoch: Epoch, *, start: Optional[Position] = None, stop: object = False,
-                on_step: Optional[Callable[[Position, bool], None]] = None) -> tuple[float, float, float]:
+                on_step: Optional[Callable[[int, Callable[[], Position], bool], None]] = None,
+                pending: bool = False) -> tuple[float, float, float]:
     """One pass over the training set; returns (mean loss, accuracy, seconds without compilation).
 
     An update takes ``accumulate`` micro-batches of ``batch_size`` rows (the
@@ -133,38 +115,42 @@ def train_epoch(replicas: Replicas, epoch: Epoch, *, start: Optional[Position] =
     micro-batch is placed while the current one runs (``prefetch``).
     ``start`` resumes mid-epoch; when ``stop`` turns true between two updates
     the epoch ends early by raising :class:`Stopped` with its position.
-    ``on_step(position, last_of_epoch)`` runs after every update. In a job of
-    several processes every rank stops at the same step when any of them got
-    the signal.
+    ``on_step(step, position, last_of_epoch)`` runs after every update,
+    before the next is queued; ``position()`` gives the exact position
+    (waiting for the devices). ``pending`` (an engine that claims
+    ``pending_stats``, one process) reads each update's sums back once the
+    next is queued (:class:`Ledger`). In a job of several processes every
+    rank stops at the same step when any of them got the signal.
     """
     s, job = epoch.settings, epoch.job
     at, total = start or Position(epoch.number), epoch.steps()
     compiled_before, clock = replicas.compile_seconds, time.perf_counter()
+    ledger = Ledger(at, job, late=pending and job.group.size == 1)
+    ask = {"pending": True} if ledger.late else {}
 
-    def seconds() -> float:
-        return at.seconds + time.perf_counter() - clock - (replicas.compile_seconds - compiled_before)
+    def position() -> Position:
+        return replace(ledger.settle(), seconds=at.seconds + time.perf_counter() - clock
+                       - (replicas.compile_seconds - compiled_before))
 
     def place(item):
         step, last, part, whole, first = item
         return step, last, replicas.place(epoch.shards(replicas, step, part, whole, first))
 
-    sums = np.zeros(3)
+    micro: list = []
     with _progress(s.progress, total, at.step, epoch.number) as bar:
         for step, last, placed in ahead(place, epoch.micro_batches(at.step), depth=1 if s.prefetch else 0):
-            stats = replicas.train_step(placed, epoch.rate(step), update=last)
-            sums += (stats.loss_sum, stats.correct, stats.count)
+            micro.append(replicas.train_step(placed, epoch.rate(step), update=last, **ask))
             if not last:
                 continue
-            loss_sum, correct, count, stopping = job.all_sum(np.append(sums, float(bool(stop))))
-            sums = np.zeros(3)
-            _finite(loss_sum, epoch.number, step)
-            at = replace(at, step=step, loss=at.loss + loss_sum, correct=at.correct + int(correct),
-                         seen=at.seen + int(count))
+            stopping = ledger.add(step, micro, bool(stop))
+            micro = []
             if bar is not None:
                 bar.update()
-                bar.set_postfix(loss=f"{at.loss / at.seen:.3f}", refresh=False)
+                if ledger.at.seen:
+                    bar.set_postfix(loss=f"{ledger.at.loss / ledger.at.seen:.3f}", refresh=False)
             if on_step is not None:
-                on_step(replace(at, seconds=seconds()), step == total)
+                on_step(step, position, step == total)
             if stopping and step < total:
-                raise Stopped(replace(at, seconds=seconds()))
-    return at.loss / at.seen, at.correct / at.seen, seconds()
+                raise Stopped(position())
+    done = position()
+    return done.loss / done.seen, done.correct / done.seen, done.seconds

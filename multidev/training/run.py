@@ -113,16 +113,16 @@ class Training:
         normalize = None if t.mean is None else {"mean": t.mean.tolist(), "std": t.std.tolist()}  # type: ignore
         return {"classes": list(self.data.classes) if self.data.classes else None, "normalization": normalize}
 
-    def on_step(self, epoch: int) -> Callable[[Position, bool], None]:
+    def on_step(self, epoch: int) -> Callable[[int, Callable[[], Position], bool], None]:
         """After each update: the trace's steps, and a mid-epoch checkpoint when ``checkpoint_every`` says so."""
         steps = self.steps_per_epoch
 
-        def after(at: Position, last: bool) -> None:
-            update = (epoch - 1) * steps + at.step
+        def after(step: int, position: Callable[[], Position], last: bool) -> None:
+            update = (epoch - 1) * steps + step
             if self.trace is not None:
                 self.trace(update, last, self.replicas)
             if not last and self.rhythm.due(update):
-                self.save(epoch - 1, at)
+                self.save(epoch - 1, position())
 
         return after
 
@@ -133,7 +133,7 @@ class Training:
             loss, train_acc, seconds = train_epoch(
                 self.replicas, Epoch(number, self.data, s, self.seed, rate, self.job, self.transforms),
                 start=position if position and position.epoch == number else None, stop=stop,
-                on_step=self.on_step(number))
+                on_step=self.on_step(number), pending="pending_stats" in self.engine.capabilities)
         except Stopped as stopped:
             self.save(number - 1, stopped.position)
             raise Interrupted(number, stopped.position.step, s.checkpoint, stop.signum) from None
