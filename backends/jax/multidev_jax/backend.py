@@ -16,7 +16,8 @@ class JaxBackend(MultiProcess):
 
     name = "jax"
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process",
-                              "sync_batchnorm_processes", "optimizers", "accumulate", "bf16"})
+                              "sync_batchnorm_processes", "optimizers", "accumulate", "bf16",
+                              "pending_stats"})
     frameworks = ("jax", "jaxlib", "flax", "optax")
     #: multi_process: jax.distributed, its workers started by the core's launcher (launch, join, leave, all_sum)
     distributed = distributed

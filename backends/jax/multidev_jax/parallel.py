@@ -71,6 +71,21 @@ class Batch:
     whole: int               # B: rows of the whole update (Shards.batch), what each shard's loss sum is divided by
 
 
+@dataclass(frozen=True)
+class Sums:
+    """A train step's loss sum and right answers, still on the device (``pending_stats``): reading them waits."""
+
+    arrays: Sequence[jax.Array]
+    total: int
+    reports: bool
+
+    def result(self) -> StepStats:
+        loss_sum, correct = jax.device_get(self.arrays)  # one wait, one transfer
+        if not self.reports:
+            return StepStats(0.0, 0, 0)
+        return StepStats(float(loss_sum), int(correct), self.total)
+
+
 def x64() -> Any:
     """JAX's 64-bit mode for one block: ``jax.enable_x64`` in newer JAX, the experimental one before."""
     if hasattr(jax, "enable_x64"):
@@ -261,7 +276,8 @@ class JaxReplicas(ReplicaStates):
         return batch.drops
 
     @scoped
-    def train_step(self, batch: Batch, lr: float, *, update: bool = True) -> StepStats:
+    def train_step(self, batch: Batch, lr: float, *, update: bool = True, pending: bool = False
+                   ) -> StepStats | Sums:
         rate, whole = self.dtype.type(lr), self.dtype.type(batch.whole)  # inputs of the step: no recompile
         drops = self._dropped(batch)
         shared = self._shared_sum() if update and self._sum is None else None
@@ -278,10 +294,8 @@ class JaxReplicas(ReplicaStates):
                     batch.device_sizes, rate, whole, np.bool_(update))
             self._params, self._opt_state, self._stats, self._sum, *sums = \
                 self._compiled("accumulate", batch, *args)(*args)
-        loss_sum, correct = jax.device_get(sums)  # one wait, one transfer
-        if not self._reports:
-            return StepStats(0.0, 0, 0)
-        return StepStats(float(loss_sum), int(correct), batch.total)
+        held = Sums(tuple(sums), batch.total, self._reports)
+        return held if pending else held.result()
 
     def _shared_sum(self) -> Optional[HostSum]:
         """The job's gradient sum through this machine's shared memory, opened at the first step (a collective)."""

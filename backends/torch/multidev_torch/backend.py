@@ -16,7 +16,8 @@ from .parallel import TorchReplicas
 class TorchBackend(MultiProcess):
     name = "torch"
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process",
-                              "sync_batchnorm_processes", "optimizers", "accumulate", "bf16"})
+                              "sync_batchnorm_processes", "optimizers", "accumulate", "bf16",
+                              "pending_stats"})
     frameworks = ("torch",)
     #: multi_process: torch's elastic launcher and torch.distributed (launch, join, leave, all_sum)
     distributed = distributed

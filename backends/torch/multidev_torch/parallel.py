@@ -46,6 +46,25 @@ class Shard(DeviceShard[torch.Tensor]):
 Batch = Placed[Shard]
 
 
+@dataclass(frozen=True)
+class Sums:
+    """A step's loss sum and right answers, (2,) float64 (``pending_stats``); ``done`` is the GPU's copy to the host.
+
+    ``sums`` is None where this process had no rows."""
+
+    sums: Optional[torch.Tensor]
+    total: int
+    done: Optional[torch.cuda.Event] = None
+
+    def result(self) -> StepStats:
+        if self.sums is None:
+            return StepStats(0.0, 0, self.total)
+        if self.done is not None:
+            self.done.synchronize()
+        loss, correct = self.sums.tolist()
+        return StepStats(loss, int(correct), self.total)
+
+
 def _tensor(array: np.ndarray, place: torch.device, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array)).to(place, dtype)
 
@@ -121,12 +140,12 @@ class TorchReplicas(ReplicaStates):
         """cuDNN's flags for a step: TF32 as the run asks (off by default), algorithm timing as the forms chose."""
         return gpu.flags(self._cuda, self.setup.tf32, "benchmark" in self.forms)
 
-    def _backward(self, batch: Batch) -> StepStats:
+    def _backward(self, batch: Batch) -> Sums:
         """Each replica's gradient of its shards' loss over the whole update's B, added to what its .grad holds."""
         with self._flags():
             return self._backward_micro(batch)
 
-    def _backward_micro(self, batch: Batch) -> StepStats:
+    def _backward_micro(self, batch: Batch) -> Sums:
         if self._dropout and batch.host.masks is None:
             raise MultidevError(MASKS_MISSING)
         total = batch.host.batch  # B over every process and micro-batch of the update
@@ -143,18 +162,25 @@ class TorchReplicas(ReplicaStates):
         # In the parameters' dtype: float32 from bfloat16 logits (contract: Mixed precision).
         losses = [F.cross_entropy(logits[i].to(self.dtype), batch[i].y, reduction="sum") for i in active]
         torch.autograd.backward([loss / total for loss in losses])
-        loss, correct = self._to_host(losses, [(logits[i].argmax(1) == batch[i].y).sum() for i in active])
-        return StepStats(loss, correct, batch.host.total)
+        return self._to_host(losses, [(logits[i].argmax(1) == batch[i].y).sum() for i in active], batch.host.total)
 
-    def _to_host(self, losses: list[torch.Tensor], corrects: list[torch.Tensor]) -> tuple[float, int]:
+    def _to_host(self, losses: list[torch.Tensor], corrects: list[torch.Tensor], total: int) -> Sums:
         """The summed loss and count of right answers in one copy to the host: each ``.item()`` makes the host
-        wait for the GPU, and a host that waits cannot queue the next step's work meanwhile."""
+        wait for the GPU, and a host that waits cannot queue the next step's work meanwhile. From a GPU the copy
+        is queued behind the step (pinned memory, an event to wait on), so that reading it waits for this step
+        only, not for whatever was queued after it."""
         if not losses:
-            return 0.0, 0
+            return Sums(None, total)
         home = self._places[0]
         sums = [torch.stack([t.detach().to(home, torch.float64) for t in ts]).sum() for ts in (losses, corrects)]
-        loss, correct = torch.stack(sums).tolist()
-        return loss, int(correct)
+        both = torch.stack(sums)
+        if both.device.type != "cuda":
+            return Sums(both, total)
+        host = torch.empty(2, dtype=torch.float64, pin_memory=True)
+        host.copy_(both, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(both.device))
+        return Sums(host, total, done)
 
     def _reduce(self) -> None:
         """AllReduce of the gradients the replicas hold, over devices then processes; the next backward starts afresh.
@@ -248,7 +274,8 @@ class TorchReplicas(ReplicaStates):
                     bn.update_stats = True
 
     # Protocol --------------------------------------------------------------
-    def train_step(self, batch: Batch, lr: float, *, update: bool = True) -> StepStats:
+    def train_step(self, batch: Batch, lr: float, *, update: bool = True, pending: bool = False
+                   ) -> StepStats | Sums:
         stats = self._backward(batch)
         with torch.no_grad():
             if update:
@@ -259,7 +286,7 @@ class TorchReplicas(ReplicaStates):
                     opt.step()
                 self._updates += 1
             self._sync_statistics(batch)  # running statistics move with every micro-batch
-        return stats
+        return stats if pending else stats.result()
 
     def gradients(self, batch: Batch) -> State:
         self._holding = False  # a gradient of this batch alone
@@ -291,9 +318,9 @@ class TorchReplicas(ReplicaStates):
     def evaluate(self, batch: Batch) -> StepStats:
         active = [s for s in batch if s.size]
         pairs = list(zip(self._eval_logits(batch), active))
-        loss, correct = self._to_host([F.cross_entropy(logits, shard.y, reduction="sum") for logits, shard in pairs],
-                                      [(logits.argmax(1) == shard.y).sum() for logits, shard in pairs])
-        return StepStats(loss, correct, sum(shard.size for shard in active))
+        return self._to_host([F.cross_entropy(logits, shard.y, reduction="sum") for logits, shard in pairs],
+                             [(logits.argmax(1) == shard.y).sum() for logits, shard in pairs],
+                             sum(shard.size for shard in active)).result()
 
     def predict(self, batch: Batch) -> np.ndarray:
         parts = [logits.cpu().numpy() for logits in self._eval_logits(batch)]
