@@ -6,7 +6,8 @@ over a device mesh and the parameters replicated (XLA partitions it; the
 BatchNorm statistics are then the whole batch's, so it is compared with the
 engine's ``--batchnorm sync`` by default). It runs on NHWC data prepared
 once and does not wait for each step's loss; the engine splits every batch on
-the host, pads it and reads the loss back, as the training loop needs. The
+the host, pads it and reads each step's loss back once the next step is
+queued, as the training loop does (``--engine-waits``: at once). The
 ratio is engine samples/s over hand-written samples/s (1.0: no overhead).
 Both use the engine's convolution precision (full float32: no TF32 on GPUs).
 
@@ -53,6 +54,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--sync-loss", action="store_true",
                    help="the hand-written loop also reads its loss back every step, as the engine must")
+    p.add_argument("--engine-waits", action="store_true",
+                   help="the engine's steps read their loss back at once, not after the next step is queued")
     p.add_argument("--rounds", type=int, default=1, help="alternating runs of the three; each one's median")
     p.add_argument("--one-process", action="store_true", help="time all three in this process, one after another")
     p.add_argument("--alone", choices=CONTENDERS, help=argparse.SUPPRESS)  # one contender, in a process of its own
@@ -141,11 +144,21 @@ def time_engine(engine, args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[flo
         resolve_devices(devices=k, max_cpu=engine.max_cpu_devices())
     reps = multidev.replicate(engine, multidev.Setup(spec, devices, batchnorm=args.batchnorm), spec.init(0))
     sizes = shard_sizes(len(x), k)
-    for _ in range(args.warmup):
-        reps.train_step(reps.place(multidev.cut(x, y, sizes)), args.lr)
+
+    def run(steps: int) -> None:
+        """As the training loop runs them: each step's sums read once the next step is queued."""
+        held = None
+        for _ in range(steps):
+            queued = reps.train_step(reps.place(multidev.cut(x, y, sizes)), args.lr, pending=not args.engine_waits)
+            if held is not None and not args.engine_waits:
+                held.result()
+            held = queued
+        if held is not None and not args.engine_waits:
+            held.result()
+
+    run(args.warmup)
     start = time.perf_counter()
-    for _ in range(args.steps):
-        reps.train_step(reps.place(multidev.cut(x, y, sizes)), args.lr)
+    run(args.steps)
     return args.steps * len(x) / (time.perf_counter() - start), reps.compile_seconds, forms()
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything issue 25 asks of a lent GPU, in one device call (the budget is 15 minutes a session, starts included):
 #   run(command="bash bench/gpu_check.sh", timeout_s=570)   (about 8 minutes on an H100; logs come back if cut)
-# JAX_ROWS=0 leaves out JAX's float32 and bf16 rows (its TF32 row stays); TESTS_K=torch runs that engine's GPU test.
+# JAX_ROWS=0 leaves out JAX's float32 and bf16 rows (its TF32 row stays); TORCH_ROWS=0 leaves out torch's forms,
+# the TF32 rows and the profile; TESTS_K=torch runs that engine's GPU test.
 # The device machine's image already holds torch, JAX (CUDA), Flax, Optax, tqdm, scikit-learn, matplotlib and
 # Pillow, and nothing can be fetched there, so multidev and the two engines go in without their dependencies.
 # Every log lands under $OUT (it comes back even when the call runs out of time). Extra arguments go to the
@@ -38,6 +39,7 @@ if [ "${JAX_ROWS:-1}" = 1 ]; then
     --jax-env "default;MULTIDEV_JAX_SUMS=reduce" "$@" 2>&1 \
     | tee -a "$OUT/fashion_shape.md" | tee -a "$OUT/gpu_check.log"
 fi
+[ "${TORCH_ROWS:-1}" = 1 ] || { stamp "done (TORCH_ROWS=0); logs in $OUT"; exit 0; }
 stamp "the book's job shape: torch in each of its GPU forms (multidev_torch.gpu), float32 and bf16"
 $PY bench/bench_fashion_shape.py --backends torch --precisions fp32,bf16 --epochs 2 --worker-timeout 60 \
   --torch-forms none,benchmark,channels_last,benchmark+channels_last "$@" 2>&1 | tail -n +"$(rows)" \
