@@ -25,8 +25,12 @@ class Trace:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.names = spec.trainable()
 
+    @staticmethod
+    def wants(step: int, end_of_epoch: bool) -> bool:
+        return step in TRACE_STEPS or end_of_epoch
+
     def __call__(self, step: int, end_of_epoch: bool, replicas: Replicas) -> None:
-        if step in TRACE_STEPS or end_of_epoch:
+        if self.wants(step, end_of_epoch):
             state = replicas.state()
             np.savez(_file(self.folder, step), **{name: state[name] for name in self.names})
 

@@ -119,7 +119,8 @@ class Training:
 
         def after(step: int, position: Callable[[], Position], last: bool) -> None:
             update = (epoch - 1) * steps + step
-            if self.trace is not None:
+            if self.trace is not None and self.trace.wants(update, last):
+                position()  # the update's sums read: a diverged one stops here, untraced
                 self.trace(update, last, self.replicas)
             if not last and self.rhythm.due(update):
                 self.save(epoch - 1, position())
