@@ -20,7 +20,7 @@ class MXNetBackend(MultiProcess):
     name = "mxnet"
     #: bf16 joins these where this CPU's oneDNN computes it (see cpu.py)
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process", "optimizers",
-                              "accumulate"})
+                              "accumulate", "pending_stats"})
     frameworks = ("mxnet",)
     #: multi_process: MXNet's dist_sync kvstore, its scheduler and servers started by the core's launcher
     #: (launch, join, leave, all_sum)

@@ -66,6 +66,20 @@ class Shard(DeviceShard[Optional[mx.nd.NDArray]]):
 Batch = Placed[Shard]
 
 
+@dataclass(frozen=True)
+class Sums:
+    """A train step's loss sums and right answers per busy context, still queued on MXNet's engine
+    (``pending_stats``); ``asscalar`` waits for the operations that write them, not for later steps."""
+
+    losses: list[mx.nd.NDArray]
+    corrects: list[mx.nd.NDArray]
+    total: int
+
+    def result(self) -> StepStats:
+        return StepStats(sum(float(loss.asscalar()) for loss in self.losses),
+                         sum(int(correct.asscalar()) for correct in self.corrects), self.total)
+
+
 @dataclass
 class ShardOutput:
     logits: mx.nd.NDArray
@@ -171,7 +185,7 @@ class MXNetReplicas(ReplicaStates):
             for bn in self._bns:
                 bn.exchange = None
 
-    def _backward(self, batch: Batch) -> tuple[StepStats, list[int]]:
+    def _backward(self, batch: Batch) -> tuple[Sums, list[int]]:
         """Per-context gradients whose sum over contexts (and processes) is the gradient of the batch's mean loss."""
         total, active = batch.host.batch, batch.host.active  # B over every process; this process's busy contexts
         if not total:
@@ -183,9 +197,8 @@ class MXNetReplicas(ReplicaStates):
         if active:
             autograd.backward([outputs[i].loss for i in active])  # one call: sync BN links the contexts
         self._mark_idle([i for i in range(len(batch)) if i not in active])
-        loss = sum(float(outputs[i].ce_sum.asscalar()) for i in active)
-        correct = sum(int((outputs[i].logits.argmax(axis=1) == batch[i].y).sum().asscalar()) for i in active)
-        return StepStats(loss, correct, batch.host.total), active
+        return Sums([outputs[i].ce_sum for i in active],
+                    [(outputs[i].logits.argmax(axis=1) == batch[i].y).sum() for i in active], batch.host.total), active
 
     def _mark_idle(self, idle: list[int]) -> None:
         """An empty shard's context adds nothing: it hands on a zero gradient, or what earlier micro-batches left."""
@@ -273,7 +286,8 @@ class MXNetReplicas(ReplicaStates):
                 copy.copyto(arr)
 
     # Protocol --------------------------------------------------------------
-    def train_step(self, batch: Batch, lr: float, *, update: bool = True) -> StepStats:
+    def train_step(self, batch: Batch, lr: float, *, update: bool = True, pending: bool = False
+                   ) -> StepStats | Sums:
         if not (update or self._adding):
             raise MultidevError("train_step(update=False) adds micro-batches up: build the replicas with "
                                 "Setup(accumulate=N), N > 1")
@@ -288,7 +302,7 @@ class MXNetReplicas(ReplicaStates):
             self._zero_grads()
         self._holding = not update
         self._sync_statistics(batch)
-        return stats
+        return stats if pending else stats.result()
 
     def gradients(self, batch: Batch) -> State:
         saved = self._snapshot()  # MXNet's BatchNorm updates running statistics in backward
