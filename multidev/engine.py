@@ -34,8 +34,8 @@ from multidev.rules.split import DeviceShard, Placed, Shards
 __all__ = [
     "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "cause", "DTYPES", "Device",
     "DeviceShard", "Helper", "LN_EPS", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Optimizer",
-    "OptimizerState", "PendingStats", "PRECISIONS", "HostSum", "Param", "Placed", "ProcessGroup", "STEP", "check_state", "slot_name",
-    "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments",
+    "OptimizerState", "PendingStats", "PRECISIONS", "HostSum", "Param", "Placed", "ProcessGroup", "STEP",
+    "check_state", "slot_name", "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments",
     "resnet18_blocks", "run_lockstep", "running_statistic", "spawn", "statistic_sources", "worker_failed",
     # restarts after a fault and signals passed on, for an engine whose framework brings its own launcher
     "GRACE", "JobStopped", "PeerLost", "Restart", "parse_master", "restart", "restart_count", "will_restart",

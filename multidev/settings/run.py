@@ -230,6 +230,9 @@ class Settings:
                              "--no-progress: none)", agree=False, cli_default=True, group=OUTPUT)
     prefetch: bool = setting(True, "--no-prefetch", "placing the next minibatch during the step before (the default; "
                              "--no-prefetch: placing each when its own step starts)", agree=False)
+    late_sums: bool = setting(True, "--no-late-sums", "reading each update's loss back once the next update is "
+                              "queued, where the engine claims pending_stats (the default; --no-late-sums: as each "
+                              "update ends, the device idle meanwhile)", agree=False)
     shard_weights: Optional[tuple[float, ...]] = setting(
         None, None, "rows per device in proportion to these (one process; checked against the devices)",
         check=_weights)

@@ -118,14 +118,14 @@ def train_epoch(replicas: Replicas, epoch: Epoch, *, start: Optional[Position] =
     ``on_step(step, position, last_of_epoch)`` runs after every update,
     before the next is queued; ``position()`` gives the exact position
     (waiting for the devices). ``pending`` (an engine that claims
-    ``pending_stats``, one process) reads each update's sums back once the
-    next is queued (:class:`Ledger`). In a job of several processes every
+    ``pending_stats``; one process, ``late_sums`` on) reads each update's sums
+    back once the next is queued (:class:`Ledger`). In a job of several processes every
     rank stops at the same step when any of them got the signal.
     """
     s, job = epoch.settings, epoch.job
     at, total = start or Position(epoch.number), epoch.steps()
     compiled_before, clock = replicas.compile_seconds, time.perf_counter()
-    ledger = Ledger(at, job, late=pending and job.group.size == 1)
+    ledger = Ledger(at, job, late=pending and s.late_sums and job.group.size == 1)
     ask = {"pending": True} if ledger.late else {}
 
     def position() -> Position:

@@ -59,6 +59,7 @@ OFF_DEFAULT = {
     "plot": {"plot": "curve.png"},
     "progress": {"progress": True},  # the API's default is off, the command line's on
     "prefetch": {"prefetch": False},
+    "late_sums": {"late_sums": False},
 }
 
 

@@ -10,7 +10,6 @@ from multidev.engines.protocol import StepStats
 from multidev.errors import MultidevError
 from multidev.processes.job import Job
 from multidev.testing.fake import FakeEngine
-from multidev.testing.pending import Waiting
 from multidev.training.api import train
 from multidev.training.ledger import Ledger, Position
 
@@ -98,9 +97,10 @@ class NotingEngine(FakeEngine):
 def test_the_loop_queues_the_next_step_before_reading_and_answers_as_waiting(tmp_path):
     data = synthetic(n_train=40, n_test=8, shape=LENET_SHAPE)
     kwargs = dict(model="lenet", dataset=data, batch_size=8, lr=0.1, seed=3, epochs=2)
-    late_engine = NotingEngine()
+    late_engine, waiting_engine = NotingEngine(), NotingEngine()
     late = train(late_engine, **kwargs)
-    waited = train(Waiting(FakeEngine()), **kwargs)
+    waited = train(waiting_engine, late_sums=False, **kwargs)
+    assert waiting_engine.events == [(e, step) for step in range(1, 11) for e in ("queued", "read")]
     events = late_engine.events
     steps = max(step for _, step in events)
     assert steps == 10  # 5 updates an epoch
