@@ -42,8 +42,8 @@ def main() -> None:
         for k in args.devices.split(","):
             on, off = [], []
             for _ in range(args.rounds):
-                on.append(run(backend, ["--devices", k], args.epochs, args.model)[0])
-                off.append(run(backend, ["--devices", k, f"--{args.switch}"], args.epochs, args.model)[0])
+                on.append(run(backend, ["--devices", k], args.epochs, args.model, "digits")[0])
+                off.append(run(backend, ["--devices", k, f"--{args.switch}"], args.epochs, args.model, "digits")[0])
             a, b = statistics.median(on), statistics.median(off)
             print(f"| {backend} | {k} | {a:.2f} | {b:.2f} | {a / b:.2f} |", flush=True)
 
