@@ -1,4 +1,4 @@
-"""contract: Pending step sums: read late, a step's sums and the run they belong to are what waiting gives."""
+"""contract: Input pipeline (pending step sums): read late, a step's sums and its run are what waiting gives."""
 
 from __future__ import annotations
 
