@@ -70,15 +70,14 @@ class Ledger:
             self.settle()  # the updates before this one: their wait overlaps this one's work
             self._pending.append((step, stats))
             return stop
-        sums = np.sum([_row(resolved(s)) for s in stats], axis=0)
-        *sums, stopping = self.job.all_sum(np.append(sums, float(stop)))
+        *sums, stopping = self.job.all_sum(np.append(_summed(stats), float(stop)))
         self._book(step, sums)
         return bool(stopping)
 
     def settle(self) -> Position:
         """Every queued update booked (waiting for the devices): the exact position."""
         for step, stats in self._pending:
-            self._book(step, np.sum([_row(resolved(s)) for s in stats], axis=0))
+            self._book(step, _summed(stats))
         self._pending.clear()
         return self.at
 
@@ -89,5 +88,6 @@ class Ledger:
                           seen=self.at.seen + int(count))
 
 
-def _row(stats: StepStats) -> np.ndarray:
-    return np.array([stats.loss_sum, stats.correct, stats.count], np.float64)
+def _summed(stats: Sequence[Stats]) -> np.ndarray:
+    """An update's (loss sum, right answers, rows) over its micro-batches, read from the devices."""
+    return np.sum([[s.loss_sum, s.correct, s.count] for s in map(resolved, stats)], axis=0, dtype=np.float64)
