@@ -138,6 +138,7 @@ def warm_up() -> None:
 def time_engine(engine, args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float, str]:
     import multidev
     from multidev import ModelSpec, resolve_devices, shard_sizes
+    from multidev.training.ledger import resolved
 
     spec = ModelSpec("resnet18", x.shape[1:], 10)
     devices = resolve_devices(gpus=k, gpu_count=engine.gpu_count()) if args.gpu else \
@@ -150,11 +151,11 @@ def time_engine(engine, args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[flo
         held = None
         for _ in range(steps):
             queued = reps.train_step(reps.place(multidev.cut(x, y, sizes)), args.lr, pending=not args.engine_waits)
-            if held is not None and not args.engine_waits:
-                held.result()
+            if held is not None:
+                resolved(held)
             held = queued
-        if held is not None and not args.engine_waits:
-            held.result()
+        if held is not None:
+            resolved(held)
 
     run(args.warmup)
     start = time.perf_counter()
