@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from multidev.engines.capabilities import CAPABILITIES
 from multidev.engines.choices import Kept as KeptChoices
-from multidev.engines.choices import cache_home, cpu_tag
+from multidev.engines.choices import cache_home, cpu_tag, pinned_form
 from multidev.engines.cpu import cpu_flags
 from multidev.engines.idioms import MultiProcess, ReplicaStates, labels, predictions
 from multidev.engines.lockstep import AllGather, combine_moments, run_lockstep
@@ -43,5 +43,5 @@ __all__ = [
     # process may run on and the CPU's feature flags
     "MultiProcess", "ReplicaStates", "cpu_flags", "first_line", "labels", "predictions", "usable_cores",
     # forms chosen by timing them on this CPU, kept per CPU kind (multidev.engines.choices)
-    "KeptChoices", "cache_home", "cpu_tag",
+    "KeptChoices", "cache_home", "cpu_tag", "pinned_form",
 ]

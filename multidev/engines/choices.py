@@ -18,6 +18,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
+from multidev.errors import MultidevError
+
 
 @lru_cache(maxsize=1)
 def cpu_tag() -> str:
@@ -29,6 +31,22 @@ def cpu_tag() -> str:
     except OSError:
         text = platform.processor()
     return f"{platform.machine()}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+def pinned_form(env: str, forms: Iterable[str]) -> Optional[str]:
+    """The form the variable ``env`` pins, or None where it is unset (measure).
+
+    A value that names no form is refused in one line rather than ignored: a
+    misspelt pin would otherwise leave the run measuring while its user
+    believes the form fixed.
+    """
+    value = os.environ.get(env, "").strip().lower()
+    if not value:
+        return None
+    forms = tuple(forms)
+    if value not in forms:
+        raise MultidevError(f"{env}={value!r} names no form: give one of {', '.join(forms)}, or unset it to measure")
+    return value
 
 
 def cache_home() -> Path:

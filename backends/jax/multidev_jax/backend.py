@@ -38,4 +38,6 @@ class JaxBackend(MultiProcess):
 
     def replicate(self, setup: Setup, state: State) -> JaxReplicas:
         configure_cpu_devices()
+        for pins in (sums, threads, parts):
+            pins.pinned()  # a misspelt pin refused now, in one line, not inside the first step's compilation
         return JaxReplicas(setup, state)

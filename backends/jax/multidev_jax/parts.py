@@ -31,6 +31,8 @@ from typing import Any, Callable, Optional
 
 import jax
 
+from multidev.engine import pinned_form
+
 from .choices import Kept
 
 ENV = "MULTIDEV_JAX_PARTS"
@@ -40,10 +42,10 @@ _kept = Kept("parts.json", FORMS)
 
 def pinned() -> Optional[str]:
     """The form the environment fixes, or None: measure (or take what was measured)."""
+    pin = pinned_form(ENV, FORMS)  # checked even where one thread decides
     if os.environ.get("OMP_NUM_THREADS", "").strip() == "1":
         return "whole"
-    value = os.environ.get(ENV, "").strip().lower()
-    return value if value in FORMS else None
+    return pin
 
 
 def _affinity() -> int:

@@ -19,14 +19,15 @@ float32 epoch no gain (6.3, 6.1 s against 6.2, 6.2).
 
 from __future__ import annotations
 
-import os
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from multidev.engine import pinned_form
 
 from .choices import Kept
 
@@ -97,13 +98,18 @@ def _measure(shape: tuple[int, ...], dtype: object, repeats: int = 5) -> str:
     return min(best, key=best.__getitem__)
 
 
+def pinned() -> Optional[str]:
+    """The form ``MULTIDEV_JAX_SUMS`` fixes, or None: measure (or take what was measured)."""
+    return pinned_form(ENV, FORMS)
+
+
 def form(shape: tuple[int, ...], dtype: object, cpu: bool) -> str:
     """The form of the sums over ``shape`` (rows first, channels last) on this machine."""
     if _forced:
         return _forced[-1]
-    pinned = os.environ.get(ENV, "").strip().lower()
-    if pinned in FORMS:
-        return pinned
+    fixed = pinned()
+    if fixed:
+        return fixed
     if not cpu:
         return DEFAULT
     key = _key(shape, dtype)
@@ -124,7 +130,7 @@ def channel_sum(a: jax.Array, weight: jax.Array, cpu: bool = True) -> jax.Array:
 
 def note() -> str:
     """What ``multidev backends`` says of the sums."""
-    pinned = os.environ.get(ENV, "").strip().lower()
-    if pinned in FORMS:
-        return f"{pinned} ({ENV}={pinned})"
+    form = pinned()
+    if form:
+        return f"{form} ({ENV}={form})"
     return _kept.summary("per shape at a run's first step", ENV)

@@ -34,6 +34,8 @@ from typing import Any, Callable, Optional
 
 import jax
 
+from multidev.engine import pinned_form
+
 from .choices import Kept
 
 ENV = "MULTIDEV_JAX_THREADS"
@@ -47,12 +49,12 @@ _kept = Kept("threads.json", FORMS)
 
 def pinned() -> Optional[str]:
     """The form the environment fixes, or None: measure (or take what was measured)."""
+    pin = pinned_form(ENV, FORMS)  # checked even where the flags or one thread decide
     if FLAG in os.environ.get("XLA_FLAGS", ""):
         return "flags"  # the user's flag stands: no option of ours
     if os.environ.get("OMP_NUM_THREADS", "").strip() == "1":
         return "one"
-    value = os.environ.get(ENV, "").strip().lower()
-    return value if value in FORMS else None
+    return pin
 
 
 def options(form: str) -> dict[str, bool]:

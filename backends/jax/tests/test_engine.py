@@ -103,6 +103,17 @@ def test_mixed_device_kinds_are_refused(engine):
         multidev.replicate(engine, multidev.Setup(RESNET, [Device("cpu", 0), Device("gpu", 0)]), RESNET.init(0))
 
 
+@pytest.mark.parametrize("env", ["MULTIDEV_JAX_SUMS", "MULTIDEV_JAX_THREADS", "MULTIDEV_JAX_PARTS"])
+def test_a_misspelt_pin_is_refused_in_one_line_before_anything_compiles(engine, monkeypatch, env):
+    monkeypatch.setenv(env, "matvek")
+    with pytest.raises(MultidevError, match=f"{env}='matvek' names no form: give one of") as err:
+        make(engine, RESNET, 1)
+    assert "\n" not in str(err.value)
+    with pytest.raises(MultidevError, match=env):  # multidev backends: the engine unusable, and why
+        engine.settings()
+
+
+
 # Compilation -------------------------------------------------------------
 def test_compile_seconds_paid_once_per_shape(engine):
     from multidev_jax.compiled import cached_count

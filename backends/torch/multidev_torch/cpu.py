@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
-import os
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -29,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from multidev.engine import KeptChoices, MultidevError, Setup, cache_home, cpu_tag
+from multidev.engine import KeptChoices, Setup, cache_home, cpu_tag, pinned_form
 
 ENV = "MULTIDEV_TORCH_LAYOUT"
 FORMS = ("nchw", "nhwc")
@@ -47,12 +46,7 @@ _kept = KeptChoices("layout.json", FORMS, _folder)
 
 
 def pinned() -> Optional[str]:
-    value = os.environ.get(ENV, "").strip().lower()
-    if not value:
-        return None
-    if value not in FORMS:
-        raise MultidevError(f"{ENV}={value!r} is no layout: give nchw or nhwc, or unset it to measure")
-    return value
+    return pinned_form(ENV, FORMS)
 
 
 def chosen(setup: Setup, model: nn.Module, cuda: bool) -> frozenset[str]:
@@ -105,7 +99,7 @@ def _timer(model: nn.Module, setup: Setup, rows: int, form: str) -> Callable[[],
 
 def describe() -> str:
     """What ``multidev backends`` says of the layout on CPUs."""
-    form = os.environ.get(ENV, "").strip().lower()
+    form = pinned()  # a pin that names no layout: multidev backends calls the engine unusable, and says why
     if form:
-        return f"{LABELS.get(form, form)} ({ENV}={form})"
+        return f"{LABELS[form]} ({ENV}={form})"
     return _kept.summary("per model, shard shape and precision when a run builds its replicas", ENV, LABELS)
