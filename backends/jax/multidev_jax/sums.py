@@ -130,7 +130,7 @@ def channel_sum(a: jax.Array, weight: jax.Array, cpu: bool = True) -> jax.Array:
 
 def note() -> str:
     """What ``multidev backends`` says of the sums."""
-    form = pinned()
-    if form:
-        return f"{form} ({ENV}={form})"
+    fixed = pinned()
+    if fixed:
+        return f"{fixed} ({ENV}={fixed})"
     return _kept.summary("per shape at a run's first step", ENV)

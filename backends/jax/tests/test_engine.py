@@ -113,7 +113,6 @@ def test_a_misspelt_pin_is_refused_in_one_line_before_anything_compiles(engine, 
         engine.settings()
 
 
-
 # Compilation -------------------------------------------------------------
 def test_compile_seconds_paid_once_per_shape(engine):
     from multidev_jax.compiled import cached_count
