@@ -154,14 +154,14 @@ class LayerChecks(EngineFixtures):
     def test_a_concatenation_into_a_convolution_in_float32(self, engine):
         """Branches ending inside a block of oneDNN's blocked layouts, in float32, where oneDNN runs them."""
         spec = ModelSpec("concat-into-conv", IMAGES, 3, _blocks_cut().graph())
-        k = 2 if 2 in self.counts(engine) else 1
+        k = self.two_or_one(engine)
         self._judge(engine, spec, k, "a concatenation into a convolution", dtype=("float32", CROSS_ENGINE_RTOL))
 
     @pytest.mark.parametrize("case", list(LAYER_CASES))
     def test_each_layer_alone_equals_float64_truth(self, engine, case):
         build, shape = LAYER_CASES[case]
         spec = ModelSpec(case, shape, 3, build().graph())
-        k = 2 if 2 in self.counts(engine) else 1  # uneven shards (4, 3): the layer on the core's cut
+        k = self.two_or_one(engine)  # uneven shards (4, 3): the layer on the core's cut
         self._judge(engine, spec, k, f"layer {case} alone")
 
     @pytest.mark.parametrize("seed", quick(RANDOM_SEEDS, RANDOM_SEEDS[:1]))

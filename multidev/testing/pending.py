@@ -19,7 +19,7 @@ class PendingChecks(EngineFixtures):
 
     def test_sums_read_after_later_steps_are_each_steps_own(self, engine):
         self.require(engine, "pending_stats")
-        k = 2 if 2 in self.counts(engine) else 1
+        k = self.two_or_one(engine)
         late, waited = (self.make(engine, LENET, k, seed=3) for _ in range(2))
         batches = [batch(LENET, 12, seed=20 + step) for step in range(3)]
         placed = [(x, y, shard_sizes(12, k)) for x, y in batches]
@@ -36,7 +36,7 @@ class PendingChecks(EngineFixtures):
 
     def test_run_equals_the_run_that_waits(self, engine, tmp_path):
         self.require(engine, "pending_stats")
-        k = 2 if 2 in self.counts(engine) else 1
+        k = self.two_or_one(engine)
         data = synthetic(n_train=56, n_test=12, shape=LENET.in_shape)
         kwargs: dict[str, Any] = dict(devices=k, model="lenet", dataset=data, batch_size=8, lr=0.1, seed=5,
                                       epochs=2, checkpoint_every=3)

@@ -100,7 +100,7 @@ class RecipeChecks(EngineFixtures):
         self.require(engine, "optimizers")
         self.require(engine, "float64")
         optimizer = Optimizer(momentum=0.9, weight_decay=0.05)
-        k = 2 if 2 in self.counts(engine) else 1
+        k = self.two_or_one(engine)
         data = steps_data(RESNET, 7, (22, 23))
         want, _ = reference.recipe_steps(RESNET, RESNET.init(0), optimizer, data, RATES[:2],
                                          shard_sizes(7, k))
@@ -173,7 +173,7 @@ class RecipeChecks(EngineFixtures):
         from multidev.outputs import checkpoint as ckpt
 
         data = synthetic(n_train=40, n_test=12, shape=LENET.in_shape)
-        k = 2 if 2 in self.counts(engine) else 1
+        k = self.two_or_one(engine)
         kwargs = dict(devices=k, model="lenet", dataset=data, batch_size=8, lr=0.05, seed=4, momentum=0.9,
                       weight_decay=5e-4, schedule="cosine", warmup_steps=2, accumulate=2)
         train(engine, epochs=2, checkpoint=tmp_path / "straight.npz", **kwargs)
