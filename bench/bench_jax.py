@@ -75,12 +75,18 @@ def alone(args: argparse.Namespace, name: str, k: int) -> tuple[float, float, st
 def main() -> None:
     args = parse()
     counts = [int(c) for c in args.devices.split(",")]
-    os.environ.setdefault("MULTIDEV_JAX_CPU_DEVICES", str(max(8, *counts)))
     os.environ.setdefault("MULTIDEV_COMPILE_CACHE", "off")  # compile columns: cold compiles, for all three alike
     from multidev import load_backend
 
     engine = load_backend("jax")
-    engine.max_cpu_devices()  # the run starts: the engine gives JAX its CPU device count before JAX starts
+    # JAX's CPU device count is fixed when it starts. Timed alone, each contender gets what its user would give it:
+    # the hand-written loop and Keras exactly k devices, the engine what a run of k devices plans (k, at least one
+    # per core); in one process, every count's largest
+    if args.alone == "engine":
+        engine.plan_cpu_devices(counts[0])
+    else:
+        os.environ.setdefault("MULTIDEV_JAX_CPU_DEVICES", str(counts[0] if args.alone else max(counts)))
+    engine.max_cpu_devices()  # the engine gives JAX its CPU device count before JAX starts
     import jax
 
     from multidev.engines.registry import engine_version

@@ -45,11 +45,10 @@ def main() -> None:
     args = parse()
     if args.dump:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={args.dump} --xla_dump_hlo_as_text"
-    os.environ.setdefault("MULTIDEV_JAX_CPU_DEVICES", str(max(8, args.devices)))
     import multidev
 
     engine = multidev.load_backend("jax")
-    engine.max_cpu_devices()
+    engine.plan_cpu_devices(args.devices)  # as a run does: its devices, at least one per core
     import jax
 
     spec = multidev.ModelSpec("resnet18", (1, args.size, args.size), 10)

@@ -92,6 +92,20 @@ class StepStats:
 
 
 @runtime_checkable
+class PlansCpuDevices(Protocol):
+    """An engine whose framework fixes its count of virtual CPU devices when it starts (JAX does).
+
+    A run tells it the most CPU devices it will name before any other call
+    (``gpu_count`` starts the framework), so that the engine makes no more
+    than it needs: XLA:CPU sizes its thread pools by the device count, and on
+    2 cores 8 idle devices slowed a 1-device ResNet-18 step by 15%.
+    """
+
+    def plan_cpu_devices(self, count: int) -> None:
+        """This process's run will name at most ``count`` CPU devices (a no-op once the framework started)."""
+
+
+@runtime_checkable
 class PendingStats(Protocol):
     """A step's sums still on the devices (engines that claim ``pending_stats``): reading them waits for the step."""
 

@@ -87,6 +87,20 @@ def canonical_request(gpus: object = None, devices: DeviceSpec = None) -> tuple[
     return None, tuple(str(d) for d in chosen)
 
 
+def cpu_devices_wanted(gpus: object = None, devices: DeviceSpec = None) -> int:
+    """The most virtual CPU devices a request can name: ``devices=k``, the highest ``cpu:i`` + 1, or ``gpus=k``
+    falling back to CPU devices (1 for no request)."""
+    gpus, devices = canonical_request(gpus, devices)
+    if gpus is not None:
+        return gpus
+    if devices is None:
+        return 1
+    if isinstance(devices, int):
+        return devices
+    cpus = [d for d in map(Device.parse, devices) if d.kind == "cpu"]  # type: ignore[arg-type]
+    return max((d.index for d in cpus), default=0) + 1
+
+
 def resolve_devices(*, gpus: object = None, devices: DeviceSpec = None, gpu_count: int = 0,
                     max_cpu: int | None = None, first_gpu: int = 0) -> list[Device]:
     """Turn the user's request into concrete device names.

@@ -13,7 +13,7 @@ from multidev.data import Dataset, load_dataset
 from multidev.data.transforms import Transforms
 from multidev.engines.capabilities import check_claims
 from multidev.engines.cpu import native_bf16
-from multidev.engines.protocol import Backend, Replicas, Setup, replicate
+from multidev.engines.protocol import Backend, PlansCpuDevices, Replicas, Setup, replicate
 from multidev.engines.registry import engine_version
 from multidev.errors import MultidevError, PeerLost, UserCodeError
 from multidev.nn import sources
@@ -23,7 +23,7 @@ from multidev.outputs.trace import Trace
 from multidev.processes.faults import CHECKPOINT_AT_LAUNCH
 from multidev.processes.group import Joined
 from multidev.processes.job import Job
-from multidev.rules.devices import Device, resolve_devices
+from multidev.rules.devices import Device, cpu_devices_wanted, resolve_devices
 from multidev.rules.models import ModelSpec, State
 from multidev.rules.optimizers import check_state
 from multidev.rules.split import shard_sizes
@@ -249,6 +249,8 @@ def warn_emulated_bf16(precision: str, devices: list[Device]) -> None:
 
 def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch = None, local_rank: int = 0) -> Result:
     """Train ``s`` in this process (this rank's share of ``job``), reporting each epoch to ``on_epoch``."""
+    if isinstance(engine, PlansCpuDevices):
+        engine.plan_cpu_devices(cpu_devices_wanted(s.gpus, s.devices))
     chosen = resolve_devices(gpus=s.gpus, devices=s.devices, gpu_count=engine.gpu_count(),
                              max_cpu=engine.max_cpu_devices(), first_gpu=local_rank)
     if job.writer:

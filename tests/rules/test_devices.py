@@ -26,6 +26,16 @@ def test_devices_count_gives_virtual_cpus():
     assert resolve_devices() == [Device("cpu", 0)]
 
 
+@pytest.mark.parametrize("request_, wanted", [
+    ({}, 1), ({"devices": 3}, 3), ({"devices": "2"}, 2), ({"devices": "cpu:0,cpu:5"}, 6), ({"devices": "gpu:1"}, 1),
+    ({"gpus": 4}, 4),  # GPUs may fall back to as many CPU devices
+])
+def test_the_cpu_devices_a_request_can_name(request_, wanted):
+    from multidev.rules.devices import cpu_devices_wanted
+
+    assert cpu_devices_wanted(**request_) == wanted
+
+
 def test_gpus_fall_back_with_one_warning():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

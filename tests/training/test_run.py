@@ -152,3 +152,20 @@ def test_the_bars_clock_runs_while_a_long_first_step_does(capsys):
     frames = [f for f in re.split(r"[\r\n]", capsys.readouterr().err) if f.startswith("epoch 1:   0%")]
     assert any("first step: compiling, where the engine compiles" in f for f in frames), frames
     assert {"[00:01<", "[00:02<"} <= {m for f in frames for m in re.findall(r"\[00:0\d<", f)}, frames
+
+
+def test_a_run_plans_its_cpu_devices_before_the_engines_first_other_call():
+    """An engine whose framework fixes its CPU device count at start-up (JAX) learns the run's first."""
+    calls = []
+
+    class Planning(FakeEngine):
+        def plan_cpu_devices(self, count):
+            calls.append(("plan", count))
+
+        def gpu_count(self):
+            calls.append(("gpu_count",))
+            return super().gpu_count()
+
+    data = synthetic(n_train=16, n_test=4, shape=LENET.in_shape)
+    train(Planning(), model="lenet", dataset=data, epochs=1, batch_size=8, devices="cpu:0,cpu:2", progress=False)
+    assert calls[:2] == [("plan", 3), ("gpu_count",)], calls

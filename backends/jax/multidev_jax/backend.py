@@ -28,6 +28,9 @@ class JaxBackend(MultiProcess):
                 "BatchNorm sums": sums.note(), "threads": threads.note(), "device parts": parts.note(),
                 "float64": "JAX's 64-bit mode is switched on for float64 runs only, and off again after each call"}
 
+    def plan_cpu_devices(self, count: int) -> None:
+        configure_cpu_devices(count)
+
     def gpu_count(self) -> int:
         configure_cpu_devices()  # the run's first question: JAX starts here
         return len(gpu_devices())

@@ -45,6 +45,36 @@ def test_engine_gives_jax_the_default_cpu_devices():
     assert proc.stdout.strip() == "True", proc.stderr
 
 
+@pytest.mark.parametrize("planned, cores, want", [(1, 2, 2), (2, 2, 2), (4, 2, 4), (1, 1, 1), (3, 16, 16)])
+def test_a_planned_run_gets_its_devices_and_one_per_core(monkeypatch, planned, cores, want):
+    """No more devices than the run needs: XLA:CPU sizes its thread pools by the device count."""
+    from multidev_jax import devices, parts
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(parts, "_affinity", lambda: cores)
+    assert devices.default_cpu_devices(planned) == want
+    assert devices.default_cpu_devices(None) == devices.DEFAULT_CPU_DEVICES, "no plan: the default"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # --threads 1, or a job's worker: one thread, no parts
+    assert devices.default_cpu_devices(planned) == planned
+    monkeypatch.setenv("MULTIDEV_JAX_CPU_DEVICES", "3")
+    assert devices.requested_cpu_devices(planned) == 3, "the user's count stands"
+
+
+@pytest.mark.slow  # a fresh interpreter that trains: the quick suite keeps the unit test above
+def test_a_run_of_the_command_line_plans_jaxs_devices():
+    proc = run_python("""
+        import os
+        from multidev.cli import main
+        os.environ.pop("MULTIDEV_JAX_CPU_DEVICES", None)
+        main(["train", "--backend", "jax", "--model", "mlp", "--dataset", "synthetic", "--epochs", "1",
+              "--no-progress", "--devices", "cpu:0,cpu:2"])
+        import jax
+        print("devices", len(jax.devices("cpu")), max(3, len(os.sched_getaffinity(0))))""")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    have, want = proc.stdout.split("devices")[-1].split()
+    assert have == want, proc.stdout
+
+
 def test_env_override_sets_the_count():
     proc = run_python("from multidev import load_backend; print(load_backend('jax').max_cpu_devices())",
                       MULTIDEV_JAX_CPU_DEVICES="3")
