@@ -26,6 +26,9 @@ os.environ.setdefault("MULTIDEV_JAX_SUMS", "matvec")
 os.environ.setdefault("MULTIDEV_JAX_THREADS", "cores")
 # ... and a device's parts: whole, one JAX device per named device (backends/jax/tests/test_parts.py checks the split).
 os.environ.setdefault("MULTIDEV_JAX_PARTS", "whole")
+# ... and the convolutions' inputs: recomputed where read, as XLA fuses them (backends/jax/tests/test_conv_inputs.py
+# checks the other form and the timing).
+os.environ.setdefault("MULTIDEV_JAX_CONV_INPUTS", "fused")
 # ... and the torch engine's image layout on CPUs (backends/torch/tests/test_cpu_layout.py checks the timing).
 os.environ.setdefault("MULTIDEV_TORCH_LAYOUT", "nchw")
 

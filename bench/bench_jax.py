@@ -170,8 +170,9 @@ def time_engine(engine, args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[flo
 
 
 def forms() -> str:
-    """The forms the engine's measuring chose: devices whole or split (parts), each step's threads, BatchNorm's sums."""
-    from multidev_jax import parts, sums, threads
+    """The forms the engine's measuring chose: devices whole or split (parts), each step's threads, BatchNorm's sums,
+    the convolutions' inputs."""
+    from multidev_jax import conv_inputs, parts, sums, threads
 
     def counted(chosen: dict[str, int]) -> str:
         return ", ".join(f"{form} {n}" for form, n in chosen.items() if n) or "none measured"
@@ -179,7 +180,8 @@ def forms() -> str:
     def named(module) -> str:
         pinned = module.pinned()
         return f"{pinned} (pinned)" if pinned else counted(module._kept.counts())
-    return f"parts: {named(parts)}; threads: {named(threads)}; sums: {counted(sums._kept.counts())}"
+    return (f"parts: {named(parts)}; threads: {named(threads)}; sums: {counted(sums._kept.counts())}; "
+            f"conv inputs: {named(conv_inputs)}")
 
 
 def time_handwritten(args, k: int, x: np.ndarray, y: np.ndarray) -> tuple[float, float, str]:

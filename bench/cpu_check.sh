@@ -42,7 +42,7 @@ if [ "${QUICK:-0}" != 1 ]; then
     2>&1 | tail -4 | tee "$OUT/suite.log"
 fi
 stamp "forms this CPU chose (multidev backends)"
-multidev backends 2>&1 | grep -E "BatchNorm sums|threads: measured|device parts|cpu layout" | tee -a "$OUT/summary.md"
+multidev backends 2>&1 | grep -E "BatchNorm sums|threads: measured|device parts|convolution inputs|cpu layout" | tee -a "$OUT/summary.md"
 for name in jax engines processes suite; do
   [ -f "$OUT/$name.log" ] \
     && { echo; echo "### $name"; grep -E "^\||^ *[0-9]+ |quick suite:|passed|samples/s|ratio" "$OUT/$name.log"; }

@@ -6,7 +6,7 @@ from typing import Optional
 
 from multidev.engine import MultiProcess, Setup, State
 
-from . import compile_cache, distributed, parts, sums, threads
+from . import compile_cache, conv_inputs, distributed, parts, sums, threads
 from .devices import configure_cpu_devices, cpu_devices, cpu_devices_note, gpu_devices
 from .parallel import JaxReplicas
 
@@ -26,6 +26,7 @@ class JaxBackend(MultiProcess):
         configure_cpu_devices()
         return {"cpu devices": cpu_devices_note(), "compilation cache": compile_cache.note(),
                 "BatchNorm sums": sums.note(), "threads": threads.note(), "device parts": parts.note(),
+                "convolution inputs": conv_inputs.note(),
                 "float64": "JAX's 64-bit mode is switched on for float64 runs only, and off again after each call"}
 
     def plan_cpu_devices(self, count: int) -> None:
@@ -41,6 +42,6 @@ class JaxBackend(MultiProcess):
 
     def replicate(self, setup: Setup, state: State) -> JaxReplicas:
         configure_cpu_devices()
-        for pins in (sums, threads, parts):
+        for pins in (sums, threads, parts, conv_inputs):
             pins.pinned()  # a misspelt pin refused now, in one line, not inside the first step's compilation
         return JaxReplicas(setup, state)

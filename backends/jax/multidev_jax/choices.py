@@ -10,7 +10,7 @@ executables (:mod:`.shared_compile`).
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable, Optional
 
 import jax
 
@@ -28,8 +28,12 @@ class Kept(KeptChoices):
         super().__init__(filename, forms, compile_cache.folder)
         self._agreed: dict[str, str] = {}
 
-    def agreed(self, key: str, default: str) -> str:
+    def agreed(self, key: str, default: str, measure: Optional[Callable[[], str]] = None) -> str:
         """In a job of several processes: rank 0's kept form (or ``default``), the same for every process.
+
+        With ``measure``, rank 0 measures a form it has not kept while the
+        others wait for its answer; without a key-value store every process
+        takes ``default``.
 
         Remembered per job (its key-value store): a later job of the same
         processes, under Ray Train say, agrees afresh with its own rank 0.
@@ -45,7 +49,7 @@ class Kept(KeptChoices):
         remembered = f"{id(client)}/{name}"
         if remembered not in self._agreed:
             if jax.process_index() == 0:
-                form = self.get(key) or default
+                form = self.get(key) or (measure() if measure else default)
                 try:
                     client.key_value_set(name, form)
                 except jax.errors.JaxRuntimeError:  # published by this process before (forget() since)

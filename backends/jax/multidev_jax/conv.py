@@ -1,4 +1,4 @@
-"""Convolution for Flax's ``nn.Conv`` that avoids XLA:CPU's slow path for tiny outputs.
+"""Convolution for Flax's ``nn.Conv`` that avoids XLA:CPU's slow paths: tiny outputs, inputs computed twice.
 
 XLA:CPU computes a convolution whose output is smaller than its kernel (a
 3x3 convolution on the 2x2 and 1x1 maps of ResNet-18's last stages on small
@@ -6,6 +6,9 @@ images) 20 to 40 times slower than the same arithmetic as one matrix product
 (measured: 2x2x256 -> 256, batch 64: 48 ms forward against 2.4 ms). On the
 CPU those convolutions are therefore computed as ``patches @ kernel``; every
 other one, and every one on a GPU, is ``lax.conv_general_dilated`` itself.
+
+:func:`conv_general_dilated_once` also passes the input through
+:func:`computed_once`, for the engine's ``once`` form (:mod:`.conv_inputs`).
 """
 
 from __future__ import annotations
@@ -54,6 +57,34 @@ def patches_matmul(lhs: jax.Array, rhs: jax.Array, strides: Sequence[int], paddi
     patches = jnp.concatenate(taps, axis=-1)
     kernel = jnp.concatenate([rhs[i, j] for i, j in kept], axis=0)  # (taps * cin, cout), in the patches' order
     return lax.dot_general(patches, kernel, (((3,), (0,)), ((), ())), precision=precision)
+
+
+def _gathered(x: jax.Array) -> jax.Array:
+    return x.at[jnp.arange(x.shape[0])].get(mode="promise_in_bounds")
+
+
+@jax.custom_vjp
+def computed_once(x: jax.Array) -> jax.Array:
+    """``x`` itself, read through a gather: XLA:CPU counts a gather as expensive and writes its result once,
+    instead of copying the arithmetic that makes ``x`` into every operation that reads it. The gradient passes
+    straight through (no scatter)."""
+    return _gathered(x)
+
+
+def _once_forward(x: jax.Array) -> tuple[jax.Array, None]:
+    return _gathered(x), None
+
+
+def _once_backward(_: None, cotangent: jax.Array) -> tuple[jax.Array]:
+    return (cotangent,)
+
+
+computed_once.defvjp(_once_forward, _once_backward)
+
+
+def conv_general_dilated_once(lhs: jax.Array, rhs: jax.Array, *args: Any, **kwargs: Any) -> jax.Array:
+    """:func:`conv_general_dilated` of an input written once (:func:`computed_once`)."""
+    return conv_general_dilated(computed_once(lhs), rhs, *args, **kwargs)
 
 
 def conv_general_dilated(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], padding: Any,

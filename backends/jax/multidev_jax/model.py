@@ -28,7 +28,7 @@ from multidev.nn.graph import Graph, NodeSpec
 
 from .allreduce import Rows
 from .batchnorm import BatchNorm
-from .conv import conv_general_dilated
+from .conv import conv_general_dilated, conv_general_dilated_once
 
 #: Full float32 everywhere: the engines promise the same answers, and TF32 on GPUs would break the 1e-3 tolerance.
 PRECISION = lax.Precision.HIGHEST
@@ -47,11 +47,14 @@ class Compute:
     ``dtype``: activations, convolutions and matrix products (None: the
     parameters' dtype; bfloat16 for precision bf16, the parameters staying
     float32). BatchNorm and the logits stay in the parameters' dtype.
+    ``inputs_once``: in training, each convolution's input is written once
+    (CPUs: :mod:`.conv_inputs`).
     """
 
     cpu: bool = False
     dtype: Any = None
     precision: lax.Precision = PRECISION
+    inputs_once: bool = False
 
     def logits(self, z: jax.Array) -> jax.Array:
         """Logits in float32 (bf16 keeps float32 parameters), so the loss and its sums never run in bfloat16."""
@@ -59,11 +62,14 @@ class Compute:
 
 
 def conv(features: int, size: int, name: str, compute: Compute, stride: int = 1, padding: int = 0,
-         bias: bool = True) -> nn.Conv:
-    """A square convolution; on the CPU, tiny outputs go through a matrix product (see conv.py)."""
+         bias: bool = True, training: bool = False) -> nn.Conv:
+    """A square convolution; on the CPU, tiny outputs go through a matrix product, and in training the input may
+    be written once (see conv.py)."""
+    once = compute.inputs_once and training  # inference has no backward pass to read the input again
     return nn.Conv(features, (size, size), strides=(stride, stride), padding=((padding, padding),) * 2,
                    use_bias=bias, dtype=compute.dtype, precision=compute.precision, name=name,
-                   conv_general_dilated=conv_general_dilated if compute.cpu else None)
+                   conv_general_dilated=(conv_general_dilated_once if once else conv_general_dilated)
+                   if compute.cpu else None)
 
 
 def dense(features: int, name: str, compute: Compute, bias: bool = True) -> nn.Dense:
@@ -111,7 +117,7 @@ class _Pass:
 
 def _conv(layer: md.Conv2d, x: jax.Array, run: _Pass, name: str) -> jax.Array:
     return conv(layer.out_channels, layer.kernel_size, name, run.compute, layer.stride, layer.padding,
-                layer.bias)(x)
+                layer.bias, training=run.mask is not None)(x)
 
 
 def _dense(layer: md.Dense, x: jax.Array, run: _Pass, name: str) -> jax.Array:

@@ -30,7 +30,7 @@ from jax.sharding import PartitionSpec as P
 from multidev.engine import (HostSum, MultidevError, ReplicaStates, Setup, Shards, State, StepStats, check_state,
                              predictions)
 
-from . import optimizers, parts
+from . import conv_inputs, optimizers, parts
 from .compiled import Compiler
 from .distributed import host_sum, peers
 from .devices import AXIS, cpu_devices, job_devices, mesh, with_parts
@@ -111,11 +111,13 @@ class JaxReplicas(ReplicaStates):
         self._program = (self.spec, self.sync, setup.optimizer, setup.precision, setup.tf32, self.dtype)
         #: parts a device runs on if split (1: never); split or not is decided at the first batch (parts.py)
         self._split = parts.split_parts(list(self._named), setup.group.size, len(cpu_devices()))
-        self._decided = self._split == 1 or parts.pinned() is not None
+        #: the convolutions' inputs, fused or once (conv_inputs.py); None: timed at the first batch
+        self._inputs = conv_inputs.settled(list(self._named), setup.group.size)
+        self._decided = (self._split == 1 or parts.pinned() is not None) and self._inputs is not None
         #: the steps' sums are the job's (psum over the mesh): rank 0 reports them, the others report 0
         self._reports = setup.group.rank == 0
         self._compiler = Compiler()
-        self._use(self._split if parts.pinned() == "split" else 1)
+        self._use(self._split if parts.pinned() == "split" else 1, self._inputs or conv_inputs.DEFAULT)
         self._dropouts = self.spec.dropouts()  # (node, rate, one sample's shape): where masks are needed
         self._sum: Any = None  # the gradient summed over an update's micro-batches so far (None: never accumulated)
         if setup.group.size > 1:  # the step's psum spans the job: XLA's collectives, gloo between CPU processes
@@ -125,15 +127,16 @@ class JaxReplicas(ReplicaStates):
         self.load_state(state)
         self.load_optimizer_state(setup.optimizer.init_state(self.spec, self.dtype))
 
-    def _use(self, count: int) -> None:
-        """Run on ``count`` parts a device: the mesh, its steps and shardings, and the state moved onto them."""
-        self.parts = count
+    def _use(self, count: int, inputs: str) -> None:
+        """Run on ``count`` parts a device, convolution inputs ``inputs``: the mesh, its steps and shardings, and
+        the state moved onto them."""
+        self.parts, self.inputs = count, inputs
         self._places = self._named if count == 1 else with_parts(self._named, count)
         self._local = [d for d in self._places if d.process_index == jax.process_index()]
         self.mesh = mesh(self._places)
         #: what the compiled steps depend on besides shapes
         self._recipe = (self.spec, self.sync, self.mesh, self.setup.optimizer, self.setup.precision, self.setup.tf32,
-                        count)
+                        count, inputs)
         self._steps = steps(*self._recipe)
         self._replicated = NamedSharding(self.mesh, P())
         self._sharded = NamedSharding(self.mesh, P(AXIS))
@@ -143,23 +146,34 @@ class JaxReplicas(ReplicaStates):
                 (self._params, self._opt_state, self._stats, self._sum), self._replicated)
 
     def _decide(self, shards: Shards) -> None:
-        """Whole or split, by a train step timed each way on these shards (parts.py); the time counts as compiling."""
+        """The convolutions' inputs, then whole or split, each by a train step timed each way on these shards
+        (conv_inputs.py, parts.py); the time counts as compiling."""
         self._decided, start, compiling = True, time.perf_counter(), self._compiler.seconds
         probe = self._probe(shards)
         rate, whole = self.dtype.type(0.0), self.dtype.type(probe.batch)
+        timed: dict[tuple[int, str], float] = {}  # each form timed once, whichever choice asks
 
-        def timer(count: int):
+        def timer(count: int, inputs: str):
             def seconds() -> float:
-                self._use(count)
-                batch = self._place(probe)
-                args = (self._params, self._opt_state, self._stats, batch.x, batch.drops, batch.y, batch.device_sizes,
-                        rate, whole)
-                return best_seconds(self._compiled("train", batch, *args), args, repeats=3)
+                if (count, inputs) not in timed:
+                    self._use(count, inputs)
+                    batch = self._place(probe)
+                    args = (self._params, self._opt_state, self._stats, batch.x, batch.drops, batch.y,
+                            batch.device_sizes, rate, whole)
+                    timed[count, inputs] = best_seconds(self._compiled("train", batch, *args), args, repeats=3)
+                return timed[count, inputs]
             return seconds
 
-        name = parts.key(len(self._named), self._split, padded(shards.sizes), self._program)
-        form = parts.choose(name, {"whole": timer(1), "split": timer(self._split)})
-        self._use(self._split if form == "split" else 1)
+        length = padded(shards.sizes)
+        if self._inputs is None:
+            name = conv_inputs.key(len(self._named), length, self._program)
+            self._inputs = conv_inputs.choose(name, {form: timer(1, form) for form in conv_inputs.FORMS})
+        count = self._split if parts.pinned() == "split" else 1
+        if self._split > 1 and parts.pinned() is None:
+            name = parts.key(len(self._named), self._split, length, (*self._program, self._inputs))
+            form = parts.choose(name, {"whole": timer(1, self._inputs), "split": timer(self._split, self._inputs)})
+            count = self._split if form == "split" else 1
+        self._use(count, self._inputs)
         self._compiler.seconds = compiling + time.perf_counter() - start
 
     def _probe(self, shards: Shards) -> Shards:

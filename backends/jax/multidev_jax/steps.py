@@ -82,21 +82,24 @@ def _variables(params: Any, stats: Any) -> dict[str, Any]:
     return {"params": params, "batch_stats": stats} if stats else {"params": params}
 
 
-def compute(mesh: Mesh, precision: str, tf32: bool) -> Compute:
-    """The model's arithmetic for a setup: bf16 activations for precision bf16, TF32 only on GPUs and on request."""
+def compute(mesh: Mesh, precision: str, tf32: bool, conv_inputs: str = "fused") -> Compute:
+    """The model's arithmetic for a setup: bf16 activations for precision bf16, TF32 only on GPUs and on request,
+    convolution inputs written once where ``conv_inputs`` says so on CPUs."""
     platform = mesh.devices.flat[0].platform
     return Compute(cpu=platform == "cpu", dtype=jnp.bfloat16 if precision == "bf16" else None,
-                   precision=TF32 if tf32 and platform == "gpu" else PRECISION)
+                   precision=TF32 if tf32 and platform == "gpu" else PRECISION,
+                   inputs_once=platform == "cpu" and conv_inputs == "once")
 
 
 @lru_cache(maxsize=None)
 def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimizer(), precision: str = "fp32",
-          tf32: bool = False, parts: int = 1) -> Steps:
+          tf32: bool = False, parts: int = 1, conv_inputs: str = "fused") -> Steps:
     """Build (once per recipe) the jitted train, accumulation, gradient and evaluation steps.
 
     ``parts``: the mesh's places per device (parts.py), BatchNorm's ``local`` statistics each device's over them.
+    ``conv_inputs``: ``fused`` or ``once`` (conv_inputs.py).
     """
-    model = build(spec, Rows(sync, parts, AXIS), compute(mesh, precision, tf32))
+    model = build(spec, Rows(sync, parts, AXIS), compute(mesh, precision, tf32, conv_inputs))
     opt = transformation(optimizer)
 
     def own_gradients(params, stats, x, drops, y, size, whole):

@@ -4,17 +4,24 @@ XLA:CPU turns a sum over more than 32 elements into a reduce-window. On an
 Intel Xeon that ran 10-15 times slower than the same sum written as
 matrix-vector products (BatchNorm's sums were 47% of a ResNet-18 step); on an
 AMD EPYC (Zen 4) the matrix-vector products are the slower form (293 ms of a
-1.7 s step against 146 ms as reductions). No constant is right on both, so
-the first time a run meets a shape the engine times both forms of it and
-keeps the faster, in ``sums.json`` beside the compilation cache (whose
-folder is per CPU kind); ``multidev backends`` says what was chosen.
+1.7 s step against 146 ms as reductions). A third form sidesteps the
+reduce-window: each row's pixels summed a few at a time (no more than 32, a
+plain loop XLA fuses with the arithmetic that makes them), then the smaller
+rest (``staged``; on the Zen 4, f32[64,28,28,64] to 64 sums: 0.5 ms against
+2.6 as a reduction and 0.9 as matrix-vector products). No constant is right
+everywhere, so the first time a run meets a shape the engine times each form
+of it and keeps the fastest, in ``sums.json`` beside the compilation cache
+(whose folder is per CPU kind); ``multidev backends`` says what was chosen.
 
-``MULTIDEV_JAX_SUMS=matvec`` or ``reduce`` pins a form (the test suite pins
-``matvec``, so that its results do not depend on a timing). A job of several
-processes never measures: every process must compile the same program, so
-each takes the form rank 0's machine has measured, ``matvec`` for shapes it
-has not. GPUs always take ``matvec``: on an H100 the reductions gave the book's
-float32 epoch no gain (6.3, 6.1 s against 6.2, 6.2).
+``MULTIDEV_JAX_SUMS=matvec``, ``reduce`` or ``staged`` pins a form (the test
+suite pins ``matvec``, so that its results do not depend on a timing). In a
+job of several processes every process must compile the same program, so
+rank 0 measures a shape it has not measured before (under the step's
+threads: one, for a worker with a core of its own) while the others wait for
+its answer, and every process takes its form (a job's worker on the Zen 4,
+8x8 images: 180 ms a step staged, 220 as matrix-vector products, which every
+job took before). GPUs always take ``matvec``: on an H100 the reductions gave
+the book's float32 epoch no gain (6.3, 6.1 s against 6.2, 6.2).
 """
 
 from __future__ import annotations
@@ -29,12 +36,14 @@ from jax import lax
 
 from multidev.engine import pinned_form
 
+from . import threads
 from .choices import Kept
 
 ENV = "MULTIDEV_JAX_SUMS"
-FORMS = ("matvec", "reduce")
+FORMS = ("matvec", "reduce", "staged")
 DEFAULT = "matvec"
 _VECTOR = (((0,), (0,)), ((), ()))  # contract axis 0 of both operands
+_WINDOW = 32  # XLA:CPU's tree reduction rewriter makes a reduce-window of a sum over more elements than this
 _kept = Kept("sums.json", FORMS)  # shape key -> form, as loaded and measured by this process
 _forced: list[str] = []        # the form being measured
 
@@ -53,20 +62,47 @@ def reduce(a: jax.Array, weight: jax.Array) -> jax.Array:
     return jnp.sum(a * weight.reshape((-1,) + (1,) * (a.ndim - 1)), axis=tuple(range(a.ndim - 1)))
 
 
-_FUNCTIONS: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {"matvec": matvec, "reduce": reduce}
+def _chunk(n: int) -> int:
+    """The largest divisor of ``n`` that XLA:CPU sums without a reduce-window (at most 32)."""
+    return max(d for d in range(1, min(n, _WINDOW) + 1) if n % d == 0)
+
+
+def staged(a: jax.Array, weight: jax.Array) -> jax.Array:
+    """A few pixels of each row first (at most 32, which XLA sums in a plain loop), then the rest.
+
+    The barrier keeps XLA from merging the two sums back into one reduce-window.
+    The first stage reads the layer's activations once, fused with the arithmetic
+    that makes them; the second sums an array 4 to 32 times smaller.
+    """
+    x = a * weight.reshape((-1,) + (1,) * (a.ndim - 1))
+    if a.ndim == 4:
+        rows, height, width, channels = a.shape
+        if height * width <= _WINDOW:
+            x = jnp.sum(x, axis=(1, 2))
+        else:
+            d = _chunk(width)
+            x = jnp.sum(x.reshape(rows, height, width // d, d, channels), axis=3)
+        x = lax.optimization_barrier(x)
+    return jnp.sum(x, axis=tuple(range(x.ndim - 1)))
+
+
+_FUNCTIONS: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {
+    "matvec": matvec, "reduce": reduce, "staged": staged}
 
 
 def _key(shape: tuple[int, ...], dtype: object) -> str:
-    return f"{'x'.join(str(d) for d in shape)}:{np.dtype(dtype).name}"
+    """The shape, and the forms timed: a choice made before a form existed is made again."""
+    return f"{'x'.join(str(d) for d in shape)}:{np.dtype(dtype).name}:{','.join(FORMS)}"
 
 
-def _measure(shape: tuple[int, ...], dtype: object, repeats: int = 5) -> str:
+def _measure(shape: tuple[int, ...], dtype: object, repeats: int = 12) -> str:
     """The form under which one BatchNorm layer, forward and backward as a step runs it, is faster on this shape.
 
     The whole layer, not the sums alone: in a step XLA fuses a reduction with
     the arithmetic around it, which a bare sum does not show (timed alone, the
     matrix-vector form won every ResNet-18 shape on an AMD EPYC; in the layer
-    and in the step the reductions won the large ones).
+    and in the step the reductions won the large ones). The forms take turns,
+    so that a slower moment of a shared machine does not fall on one form alone.
     """
     from .allreduce import Rows
     from .batchnorm import normalize  # here: batchnorm imports this module
@@ -81,20 +117,21 @@ def _measure(shape: tuple[int, ...], dtype: object, repeats: int = 5) -> str:
         out, _ = normalize(x, weight, gamma, beta, Rows(), True)
         return jnp.sum(jax.nn.relu(out) * target)
 
-    best: dict[str, float] = {}
+    layers = {}
+    options = threads.options(threads.pinned() or threads.DEFAULT)  # one thread where the run has one
     for name in FORMS:
         _forced.append(name)
         try:
-            layer = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
-            jax.block_until_ready(layer(x, gamma, beta))
+            layers[name] = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(x, gamma, beta).compile(options)
+            jax.block_until_ready(layers[name](x, gamma, beta))
         finally:
             _forced.pop()
-        times = []
-        for _ in range(repeats):
+    best = dict.fromkeys(FORMS, float("inf"))
+    for _ in range(repeats):
+        for name, layer in layers.items():
             start = time.perf_counter()
             jax.block_until_ready(layer(x, gamma, beta))
-            times.append(time.perf_counter() - start)
-        best[name] = min(times)
+            best[name] = min(best[name], time.perf_counter() - start)
     return min(best, key=best.__getitem__)
 
 
@@ -113,14 +150,15 @@ def form(shape: tuple[int, ...], dtype: object, cpu: bool) -> str:
     if not cpu:
         return DEFAULT
     key = _key(shape, dtype)
-    if jax.process_count() > 1:
-        return _kept.agreed(key, DEFAULT)
-    chosen = _kept.get(key)
-    if chosen is None:
-        with jax.ensure_compile_time_eval():  # measured now, outside the step being traced
-            chosen = _measure(shape, dtype)
-        _kept.put(key, chosen)
-    return chosen
+
+    def measured() -> str:
+        chosen = _kept.get(key)
+        if chosen is None:
+            with jax.ensure_compile_time_eval():  # measured now, outside the step being traced
+                chosen = _measure(shape, dtype)
+            _kept.put(key, chosen)
+        return chosen
+    return _kept.agreed(key, DEFAULT, measured) if jax.process_count() > 1 else measured()
 
 
 def channel_sum(a: jax.Array, weight: jax.Array, cpu: bool = True) -> jax.Array:

@@ -133,7 +133,8 @@ def test_mixed_device_kinds_are_refused(engine):
         multidev.replicate(engine, multidev.Setup(RESNET, [Device("cpu", 0), Device("gpu", 0)]), RESNET.init(0))
 
 
-@pytest.mark.parametrize("env", ["MULTIDEV_JAX_SUMS", "MULTIDEV_JAX_THREADS", "MULTIDEV_JAX_PARTS"])
+@pytest.mark.parametrize("env", ["MULTIDEV_JAX_SUMS", "MULTIDEV_JAX_THREADS", "MULTIDEV_JAX_PARTS",
+                                 "MULTIDEV_JAX_CONV_INPUTS"])
 def test_a_misspelt_pin_is_refused_in_one_line_before_anything_compiles(engine, monkeypatch, env):
     monkeypatch.setenv(env, "matvek")
     with pytest.raises(MultidevError, match=f"{env}='matvek' names no form: give one of") as err:

@@ -8,12 +8,10 @@ import pytest
 pytest.importorskip("jax")
 
 import multidev  # noqa: E402
-from multidev.engine import ModelSpec  # noqa: E402
-from multidev.testing import assert_states_close, assert_states_equal, batch  # noqa: E402
-from multidev.testing.layers import masked, readme_definition  # noqa: E402
+from multidev.testing import assert_states_close, assert_states_equal  # noqa: E402
 
-#: BatchNorm (in a residual block), max pooling and Dropout: every way a split could go wrong
-SPEC = ModelSpec("readme", (1, 8, 8), 4, readme_definition().graph())
+# The model: the README's (train_readme, conftest.py): BatchNorm (in a residual block), max pooling and Dropout,
+# every way a split could go wrong
 
 
 @pytest.fixture
@@ -29,34 +27,15 @@ def cores(monkeypatch):
     return have
 
 
-def _replicas(devices: int, batchnorm: str = "local", dtype: str = "float64"):
-    engine = multidev.load_backend("jax")
-    setup = multidev.Setup(SPEC, multidev.resolve_devices(devices=devices, max_cpu=8), batchnorm, dtype)
-    return multidev.replicate(engine, setup, SPEC.init(3))
-
-
-def _train(devices: int, batchnorm: str, rows: int = 11, steps: int = 2, dtype: str = "float64"):
-    """A few steps of uneven shards (parts of 3, 3, 3 and 2 rows, or one empty), then the logits of the batch."""
-    reps = _replicas(devices, batchnorm, dtype)
-    sizes = multidev.shard_sizes(rows, devices)
-    for step in range(steps):
-        x, y = batch(SPEC, rows, seed=step)
-        shards, _ = masked(SPEC, x, y, sizes, dtype, step=step + 1)
-        reps.train_step(reps.place(shards), 0.1)
-    x, y = batch(SPEC, rows, seed=9)
-    placed = reps.place(multidev.cut(x, None, sizes))
-    return reps, {"logits": reps.predict(placed), **reps.state(), **reps.optimizer_state()}, placed, x, sizes
-
-
 @pytest.mark.parametrize("devices, have, batchnorm", [(1, 4, "local"), (2, 4, "local"), (2, 4, "sync"),
                                                       (1, 2, "sync")])
-def test_a_split_device_trains_as_the_device_whole(monkeypatch, cores, devices, have, batchnorm):
+def test_a_split_device_trains_as_the_device_whole(monkeypatch, cores, train_readme, devices, have, batchnorm):
     """contract: BatchNorm's statistics are still each device's shard's (local) or the batch's (sync)."""
     cores(have)
     monkeypatch.setenv("MULTIDEV_JAX_PARTS", "whole")
-    _, whole, *_ = _train(devices, batchnorm)
+    _, whole, *_ = train_readme(devices, batchnorm)
     monkeypatch.setenv("MULTIDEV_JAX_PARTS", "split")
-    reps, split, placed, x, sizes = _train(devices, batchnorm)
+    reps, split, placed, x, sizes = train_readme(devices, batchnorm)
     assert reps.parts == have // devices and len(reps.mesh.devices.flat) == have
     assert_states_close(split, whole, rtol=1e-10, promise="a device split into parts computes what it computes whole")
     # each device still holds, and hands back, exactly the rows the core cut for it
@@ -67,15 +46,13 @@ def test_a_split_device_trains_as_the_device_whole(monkeypatch, cores, devices, 
         assert_states_equal([reps.replica_state(device), reps.replica_state(0)], promise="every device's copy")
 
 
-def test_a_run_measures_once_keeps_the_choice_and_trains_as_the_chosen_form_alone(monkeypatch, cores, tmp_path):
-    from multidev_jax import choices, compiled, parts
+def test_a_run_measures_once_keeps_the_choice_and_trains_as_the_chosen_form_alone(monkeypatch, cores, tmp_path,
+                                                                                   afresh, train_readme):
+    from multidev_jax import parts
 
     cores(2)
-    monkeypatch.delenv(parts.ENV, raising=False)
-    monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
-    monkeypatch.setattr(parts, "_kept", choices.Kept("parts.json", parts.FORMS))
-    monkeypatch.setattr(compiled, "_CACHE", {})
-    reps, measured, *_ = _train(1, "local", dtype="float32")
+    afresh(parts)
+    reps, measured, *_ = train_readme(1, "local", dtype="float32")
     saved = json.loads((tmp_path / "parts.json").read_text())
     assert list(saved) == parts._kept.measured and len(saved) == 1, saved
     chosen = saved[parts._kept.measured[0]]
@@ -83,14 +60,14 @@ def test_a_run_measures_once_keeps_the_choice_and_trains_as_the_chosen_form_alon
     assert reps.compile_seconds > 0 and f"{chosen} for 1" in parts.note()
     # the timed steps ran on copies: the run equals one that only ever ran the chosen form
     monkeypatch.setenv(parts.ENV, chosen)
-    assert_states_equal([measured, _train(1, "local", dtype="float32")[1]],
+    assert_states_equal([measured, train_readme(1, "local", dtype="float32")[1]],
                         promise="measuring the parts leaves the run as it was")
     # a later run reads the file instead of measuring: the other form, saved, is what it takes
     monkeypatch.delenv(parts.ENV)
     other = "whole" if chosen == "split" else "split"
     (tmp_path / "parts.json").write_text(json.dumps({parts._kept.measured[0]: other}))
     parts._kept.forget()
-    again = _train(1, "local", dtype="float32")[0]
+    again = train_readme(1, "local", dtype="float32")[0]
     assert again.parts == (2 if other == "split" else 1) and len(parts._kept.measured) == 1, "measured again"
 
 

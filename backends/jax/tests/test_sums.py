@@ -31,14 +31,17 @@ def sums(engine, monkeypatch, tmp_path):
     return sums
 
 
-def test_both_forms_are_the_weighted_sums_of_float64_truth(engine):
+# staged's paths: every pixel of a row at once (4x5), a row's width in one stage (5x10) or in chunks of it (3x64:
+# 2 x 32), and a prime width over 32 (2x37: chunks of one pixel); feature vectors (dense BatchNorm)
+@pytest.mark.parametrize("shape", [(6, 5, 4, 3), (6, 5, 10, 3), (4, 3, 64, 2), (3, 2, 37, 2), (6, 7)])
+def test_every_form_is_the_weighted_sums_of_float64_truth(engine, shape):
     from multidev_jax import sums
     from multidev_jax.parallel import x64
 
     engine.max_cpu_devices()
     rng = np.random.default_rng(0)
-    a, weight = rng.normal(size=(6, 5, 4, 3)), rng.integers(0, 2, 6).astype(np.float64)
-    want = np.einsum("nhwc,n->c", a, weight)
+    a, weight = rng.normal(size=shape), rng.integers(0, 2, shape[0]).astype(np.float64)
+    want = np.einsum("n...,n->...", a, weight).reshape(-1, shape[-1]).sum(axis=0)
     with x64():
         for name in sums.FORMS:
             got = np.asarray(sums._FUNCTIONS[name](a, weight))
@@ -49,17 +52,18 @@ def test_a_shape_is_measured_once_and_the_choice_is_kept_for_later_runs(sums, tm
     first = sums.form((8, 4, 4, 16), np.float32, cpu=True)
     assert first in sums.FORMS and sums.measured == [(8, 4, 4, 16)]
     assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == first and len(sums.measured) == 1
-    assert json.loads((tmp_path / "sums.json").read_text()) == {"8x4x4x16:float32": first}
+    key = "8x4x4x16:float32:matvec,reduce,staged"
+    assert json.loads((tmp_path / "sums.json").read_text()) == {key: first}
     # a later run reads the file instead of measuring: make the saved choice the other form to see it is read
     other = next(f for f in sums.FORMS if f != first)
-    (tmp_path / "sums.json").write_text(json.dumps({"8x4x4x16:float32": other}))
+    (tmp_path / "sums.json").write_text(json.dumps({key: other}))
     sums._kept.forget()
     monkeypatch.setattr(sums, "_measure", None)  # measuring again would fail
     assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == other
     assert f"{other} for 1" in sums.note()
 
 
-def test_pinned_gpus_and_jobs_of_several_processes_measure_nothing(sums, monkeypatch):
+def test_pinned_gpus_and_jobs_without_a_store_measure_nothing(sums, monkeypatch):
     import jax
 
     monkeypatch.setattr(sums, "_measure", None)
@@ -88,4 +92,4 @@ def test_a_step_measures_its_batchnorm_shapes_while_it_compiles(sums, tmp_path):
     stats = reps.train_step(reps.place(multidev.cut(x, y, multidev.shard_sizes(10, 2))), 0.1)
     assert np.isfinite(stats.loss_sum) and stats.count == 10
     saved = json.loads((tmp_path / "sums.json").read_text())
-    assert "8x6x6x64:float32" in saved and set(saved.values()) <= set(sums.FORMS)
+    assert "8x6x6x64:float32:matvec,reduce,staged" in saved and set(saved.values()) <= set(sums.FORMS)

@@ -29,17 +29,13 @@ def test_the_environment_pins_a_form_without_changing_itself(monkeypatch, omp, f
 
 
 @pytest.fixture
-def measuring(monkeypatch, tmp_path):
+def measuring(monkeypatch, afresh):
     """The threads module measuring afresh, its choices in a folder of this test's own, no step compiled yet."""
-    from multidev_jax import choices, compiled, threads
+    from multidev_jax import threads
 
     multidev.load_backend("jax").max_cpu_devices()
-    monkeypatch.delenv(threads.ENV, raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
-    monkeypatch.setattr(threads, "_kept", choices.Kept("threads.json", threads.FORMS))
-    monkeypatch.setattr(compiled, "_CACHE", {})
-    return threads
+    return afresh(threads)
 
 
 def _train(devices: int, steps: int = 2) -> State:
@@ -185,15 +181,37 @@ def test_sums_in_a_job_take_rank_0s_form(job, monkeypatch, tmp_path):
     monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
     monkeypatch.setattr(sums, "_kept", choices.Kept("sums.json", sums.FORMS))
     monkeypatch.setattr(sums, "_measure", None)
-    (tmp_path / "sums.json").write_text(json.dumps({"8x4x4x16:float32": "reduce"}))
+    key = "8x4x4x16:float32:matvec,reduce,staged"
+    (tmp_path / "sums.json").write_text(json.dumps({key: "reduce"}))
     monkeypatch.setattr(jax, "process_index", lambda: 1)
-    job.values["multidev/sums.json/8x4x4x16:float32"] = "matvec"
+    job.values[f"multidev/sums.json/{key}"] = "matvec"
     assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == "matvec"  # rank 0's, not this machine's file
     sums._kept.forget()
     monkeypatch.setattr(jax, "process_index", lambda: 0)
     job.values.clear()
     assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == "reduce"
-    assert job.values == {"multidev/sums.json/8x4x4x16:float32": "reduce"}
+    assert job.values == {f"multidev/sums.json/{key}": "reduce"}
+
+
+def test_rank_0_of_a_job_measures_a_new_shape_and_every_rank_takes_its_form(job, monkeypatch, tmp_path):
+    """A job's workers once took matrix-vector sums for every shape rank 0 had not met alone: measured now."""
+    import jax
+
+    from multidev_jax import choices, sums
+
+    monkeypatch.delenv(sums.ENV, raising=False)
+    monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
+    monkeypatch.setattr(sums, "_kept", choices.Kept("sums.json", sums.FORMS))
+    monkeypatch.setattr(sums, "_measure", lambda shape, dtype: "staged")
+    monkeypatch.setattr(jax, "process_index", lambda: 0)
+    key = "8x4x4x16:float32:matvec,reduce,staged"
+    assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == "staged"
+    assert job.values == {f"multidev/sums.json/{key}": "staged"}, "published for the other ranks"
+    assert json.loads((tmp_path / "sums.json").read_text()) == {key: "staged"}, "and kept, as a run alone keeps it"
+    sums._kept.forget()
+    monkeypatch.setattr(sums, "_measure", None)  # rank 1 measures nothing: it waits for rank 0's answer
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == "staged"
 
 
 def test_a_later_job_of_the_same_processes_agrees_afresh(job, monkeypatch, tmp_path):
