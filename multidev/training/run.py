@@ -247,10 +247,15 @@ def warn_emulated_bf16(precision: str, devices: list[Device]) -> None:
                       "EPYC); use --precision fp32, or a GPU", EmulatedBfloat16Warning, stacklevel=2)
 
 
-def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch = None, local_rank: int = 0) -> Result:
-    """Train ``s`` in this process (this rank's share of ``job``), reporting each epoch to ``on_epoch``."""
+def plan_devices(engine: Backend, s: Settings) -> None:
+    """Tell an engine that fixes its CPU device count at start-up the run's, before it starts (a no-op after)."""
     if isinstance(engine, PlansCpuDevices):
         engine.plan_cpu_devices(cpu_devices_wanted(s.gpus, s.devices))
+
+
+def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch = None, local_rank: int = 0) -> Result:
+    """Train ``s`` in this process (this rank's share of ``job``), reporting each epoch to ``on_epoch``."""
+    plan_devices(engine, s)
     chosen = resolve_devices(gpus=s.gpus, devices=s.devices, gpu_count=engine.gpu_count(),
                              max_cpu=engine.max_cpu_devices(), first_gpu=local_rank)
     if job.writer:
@@ -283,6 +288,7 @@ _ENDS_AT_ONCE: list[bool] = []
 def run_in_group(engine: Backend, joined: Joined, s: Settings, on_epoch: OnEpoch) -> Result:
     """This worker's share of a job: join the framework's runtime, check that every rank agrees, train."""
     check_claims(engine, frozenset({"multi_process"}))
+    plan_devices(engine, s)  # joining starts the framework
     engine.join(joined.group, joined.local_rank)  # type: ignore[attr-defined]
     try:
         job = Job(joined.group, engine.all_sum)  # type: ignore[attr-defined]

@@ -169,3 +169,30 @@ def test_a_run_plans_its_cpu_devices_before_the_engines_first_other_call():
     data = synthetic(n_train=16, n_test=4, shape=LENET.in_shape)
     train(Planning(), model="lenet", dataset=data, epochs=1, batch_size=8, devices="cpu:0,cpu:2", progress=False)
     assert calls[:2] == [("plan", 3), ("gpu_count",)], calls
+
+
+def test_a_jobs_worker_plans_its_cpu_devices_before_joining_the_runtime():
+    """Joining starts the framework (JAX): a worker that planned later kept the default count, and rounded its
+    float32 sums otherwise than one process of the job's devices."""
+    from multidev.processes.group import Joined, ProcessGroup
+    from multidev.settings.run import Settings
+    from multidev.training.run import run_in_group
+
+    calls = []
+
+    class Worker(FakeEngine):
+        capabilities = FakeEngine.capabilities | {"multi_process"}
+
+        def plan_cpu_devices(self, count):
+            calls.append(("plan", count))
+
+        def join(self, group, local_rank):
+            calls.append(("join",))
+            raise MultidevError("stop here")
+
+        def leave(self):
+            calls.append(("leave",))
+
+    with pytest.raises(MultidevError, match="stop here"):
+        run_in_group(Worker(), Joined(ProcessGroup(0, 2), 0), Settings(devices=2), None)
+    assert calls[:2] == [("plan", 2), ("join",)], calls

@@ -48,14 +48,11 @@ def test_engine_gives_jax_the_default_cpu_devices():
 @pytest.mark.parametrize("planned, cores, want", [(1, 2, 2), (2, 2, 2), (4, 2, 4), (1, 1, 1), (3, 16, 16)])
 def test_a_planned_run_gets_its_devices_and_one_per_core(monkeypatch, planned, cores, want):
     """No more devices than the run needs: XLA:CPU sizes its thread pools by the device count."""
-    from multidev_jax import devices, parts
+    from multidev_jax import devices
 
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(parts, "_affinity", lambda: cores)
+    monkeypatch.setattr(devices, "usable_cores", lambda: cores)
     assert devices.default_cpu_devices(planned) == want
     assert devices.default_cpu_devices(None) == devices.DEFAULT_CPU_DEVICES, "no plan: the default"
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # --threads 1, or a job's worker: one thread, no parts
-    assert devices.default_cpu_devices(planned) == planned
     monkeypatch.setenv("MULTIDEV_JAX_CPU_DEVICES", "3")
     assert devices.requested_cpu_devices(planned) == 3, "the user's count stands"
 
