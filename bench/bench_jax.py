@@ -81,11 +81,11 @@ def main() -> None:
     engine = load_backend("jax")
     # JAX's CPU device count is fixed when it starts. Timed alone, each contender gets what its user would give it:
     # the hand-written loop and Keras exactly k devices, the engine what a run of k devices plans (k, at least one
-    # per core); in one process, every count's largest
-    if args.alone == "engine":
-        engine.plan_cpu_devices(counts[0])
-    else:
-        os.environ.setdefault("MULTIDEV_JAX_CPU_DEVICES", str(counts[0] if args.alone else max(counts)))
+    # per core); in one process, every count's largest. The variable is set in the process that times, never in
+    # the one that starts the others (they would inherit it)
+    if args.alone in ("hand", "keras") or args.one_process:
+        os.environ.setdefault("MULTIDEV_JAX_CPU_DEVICES", str(max(counts)))
+    engine.plan_cpu_devices(max(counts))  # the engine's, where the variable is not set
     engine.max_cpu_devices()  # the engine gives JAX its CPU device count before JAX starts
     import jax
 

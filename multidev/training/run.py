@@ -256,8 +256,12 @@ def plan_devices(engine: Backend, s: Settings) -> None:
 def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch = None, local_rank: int = 0) -> Result:
     """Train ``s`` in this process (this rank's share of ``job``), reporting each epoch to ``on_epoch``."""
     plan_devices(engine, s)
-    chosen = resolve_devices(gpus=s.gpus, devices=s.devices, gpu_count=engine.gpu_count(),
-                             max_cpu=engine.max_cpu_devices(), first_gpu=local_rank)
+    gpus, cpus = engine.gpu_count(), engine.max_cpu_devices()
+    # too few: the engine says where its count came from (an earlier run of this process?) and what sets another
+    short = cpus is not None and cpu_devices_wanted(s.gpus, s.devices) > cpus
+    note = engine.settings().get("cpu devices", "") if short else ""
+    chosen = resolve_devices(gpus=s.gpus, devices=s.devices, gpu_count=gpus, max_cpu=cpus, first_gpu=local_rank,
+                             cpu_note=note)
     if job.writer:
         warn_emulated_bf16(s.precision, chosen)
     if s.shard_weights is not None:

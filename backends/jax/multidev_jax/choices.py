@@ -18,7 +18,9 @@ from multidev.engine import KeptChoices
 
 from . import compile_cache
 
-AGREE_WAIT_MS = 120_000  # rank 0 reaches the same step's compilation at about the same time
+#: rank 0 reaches the same step's compilation at about the same time, and may measure a BatchNorm shape first (a
+#: few seconds each for ResNet-18's): 5 minutes, as long as JAX's runtime waits for a missing peer
+AGREE_WAIT_MS = 300_000
 
 
 class Kept(KeptChoices):

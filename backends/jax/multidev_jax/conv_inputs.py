@@ -20,7 +20,7 @@ keyed as :mod:`.parts` keys its choices); ``multidev backends`` counts them.
 
 ``MULTIDEV_JAX_CONV_INPUTS=fused`` or ``once`` pins a form (the test suite
 pins ``fused``). GPUs always take ``fused``: XLA:GPU fuses otherwise, and no
-GPU was timed. A job of several processes never measures (its processes must
+GPU was timed; so does a model without convolutions (the forms are one program). A job of several processes never measures (its processes must
 compile one program): each takes rank 0's pin, else ``once``, the faster on
 every CPU timed (a worker of one thread on the Zen 4: 1.14 s a step against
 1.18).
@@ -32,7 +32,8 @@ from typing import Callable, Optional
 
 import jax
 
-from multidev.engine import pinned_form
+from multidev.engine import ModelSpec, pinned_form
+from multidev.nn import layers
 
 from . import parts
 from .choices import Kept
@@ -53,10 +54,12 @@ def key(devices: int, length: int, recipe: tuple) -> str:
     return parts.key(devices, 1, length, recipe)
 
 
-def settled(devices: list[jax.Device], processes: int) -> Optional[str]:
-    """The form where nothing is timed (pinned, GPUs, a job's processes), else None: time it (:func:`choose`)."""
+def settled(spec: ModelSpec, devices: list[jax.Device], processes: int) -> Optional[str]:
+    """The form where nothing is timed (pinned, GPUs, no convolution, a job's processes), else None: time it
+    (:func:`choose`)."""
     form = pinned()
-    if any(d.platform != "cpu" for d in devices):
+    if any(d.platform != "cpu" for d in devices) or not any(isinstance(node.layer, layers.Conv2d)
+                                                            for node in spec.graph.nodes):
         return "fused"
     if processes > 1:  # rank 0's pin or default, for every process
         return _kept.agreed("job", form or DEFAULT)

@@ -96,7 +96,8 @@ def cpu_devices_note() -> str:
     elif os.environ.get(ENV, "").strip():
         source = f"from {ENV}"
     elif "count" in _planned:
-        source = f"the run's {_planned['count']}, at least one per core; {ENV} sets another"
+        source = (f"the first run's {_planned['count']}, at least one per core; {ENV} set before JAX starts "
+                  "gives another")
     else:
         source = f"the default for a run that planned none; {ENV} changes it"
     return f"{have} ({source}; fixed once JAX starts)"

@@ -112,7 +112,7 @@ class JaxReplicas(ReplicaStates):
         #: parts a device runs on if split (1: never); split or not is decided at the first batch (parts.py)
         self._split = parts.split_parts(list(self._named), setup.group.size, len(cpu_devices()))
         #: the convolutions' inputs, fused or once (conv_inputs.py); None: timed at the first batch
-        self._inputs = conv_inputs.settled(list(self._named), setup.group.size)
+        self._inputs = conv_inputs.settled(self.spec, list(self._named), setup.group.size)
         self._decided = (self._split == 1 or parts.pinned() is not None) and self._inputs is not None
         #: the steps' sums are the job's (psum over the mesh): rank 0 reports them, the others report 0
         self._reports = setup.group.rank == 0

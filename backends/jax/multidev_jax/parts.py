@@ -68,9 +68,10 @@ def split_parts(devices: list[jax.Device], processes: int, available: int) -> in
 
 
 def key(devices: int, parts: int, length: int, recipe: tuple[Any, ...]) -> str:
-    """What a choice holds for: the devices, their parts, the shard length, the cores, the recipe and the pins."""
+    """What a choice holds for: the devices, their parts, the shard length, the cores, the recipe, the pins and JAX's
+    CPU device count (XLA sizes its thread pools by it)."""
     pins = [os.environ.get(name, "") for name in ("XLA_FLAGS", "MULTIDEV_JAX_THREADS", "MULTIDEV_JAX_SUMS")]
-    text = f"{recipe!r}\n{pins}\n{cores()}\n{jax.__version__}"
+    text = f"{recipe!r}\n{pins}\n{cores()}\n{len(jax.local_devices(backend='cpu'))}\n{jax.__version__}"
     return f"{devices}:{parts}:{length}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 

@@ -16,9 +16,9 @@ of it and keeps the fastest, in ``sums.json`` beside the compilation cache
 ``MULTIDEV_JAX_SUMS=matvec``, ``reduce`` or ``staged`` pins a form (the test
 suite pins ``matvec``, so that its results do not depend on a timing). In a
 job of several processes every process must compile the same program, so
-rank 0 measures a shape it has not measured before (under the step's
-threads: one, for a worker with a core of its own) while the others wait for
-its answer, and every process takes its form (a job's worker on the Zen 4,
+rank 0 measures a shape it has not measured before (with one thread per
+operation where the run has one, as a worker with a core of its own) while
+the others wait for its answer, and every process takes its form (a job's worker on the Zen 4,
 8x8 images: 180 ms a step staged, 220 as matrix-vector products, which every
 job took before). GPUs always take ``matvec``: on an H100 the reductions gave
 the book's float32 epoch no gain (6.3, 6.1 s against 6.2, 6.2).
@@ -72,7 +72,8 @@ def staged(a: jax.Array, weight: jax.Array) -> jax.Array:
 
     The barrier keeps XLA from merging the two sums back into one reduce-window.
     The first stage reads the layer's activations once, fused with the arithmetic
-    that makes them; the second sums an array 4 to 32 times smaller.
+    that makes them; the second sums an array smaller by the first stage's
+    pixels (up to 32; 1 for a prime width over 32, where the form gains nothing).
     """
     x = a * weight.reshape((-1,) + (1,) * (a.ndim - 1))
     if a.ndim == 4:
@@ -108,7 +109,7 @@ def _measure(shape: tuple[int, ...], dtype: object, repeats: int = 12) -> str:
     from .batchnorm import normalize  # here: batchnorm imports this module
 
     rng = np.random.default_rng(0)
-    cpu = jax.devices("cpu")[0]
+    cpu = jax.local_devices(backend="cpu")[0]
     x, target = (jax.device_put(rng.normal(size=shape).astype(dtype), cpu) for _ in range(2))
     weight = jax.device_put(np.ones(shape[0], dtype), cpu)
     gamma, beta = (jax.device_put(np.full(shape[-1], v, dtype), cpu) for v in (1.0, 0.0))
@@ -118,7 +119,7 @@ def _measure(shape: tuple[int, ...], dtype: object, repeats: int = 12) -> str:
         return jnp.sum(jax.nn.relu(out) * target)
 
     layers = {}
-    options = threads.options(threads.pinned() or threads.DEFAULT)  # one thread where the run has one
+    options = threads.options(threads.pinned() or threads.DEFAULT)  # one thread where the run has one (or a pin)
     for name in FORMS:
         _forced.append(name)
         try:

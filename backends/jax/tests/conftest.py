@@ -25,6 +25,31 @@ def afresh(monkeypatch, tmp_path) -> Callable[[Any], Any]:
     return fresh
 
 
+class Store:
+    """A job's key-value store as JAX's distributed client offers it: rank 0 publishes, the others wait for it."""
+
+    def __init__(self, **published: str) -> None:
+        self.values = dict(published)
+
+    def key_value_set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+    def blocking_key_value_get(self, key: str, timeout_ms: int) -> str:
+        return self.values[key]
+
+
+@pytest.fixture
+def job(monkeypatch) -> Store:
+    """This process as a rank of a two-process job, with a store of its own."""
+    import jax
+    from jax._src.distributed import global_state
+
+    store = Store()
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(global_state, "client", store)
+    return store
+
+
 @pytest.fixture(scope="session")
 def train_readme() -> Callable[..., tuple]:
     """``train_readme(devices, batchnorm, rows, steps, dtype)``: the README's model after a few steps of uneven

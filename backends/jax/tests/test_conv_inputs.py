@@ -90,14 +90,34 @@ def test_a_run_measures_once_keeps_the_choice_and_trains_as_the_chosen_form_alon
     assert again.inputs == other and len(kept._kept.measured) == 1, "measured again"
 
 
-def test_pins_gpus_and_jobs_time_nothing(kept, monkeypatch):
+def test_pins_gpus_models_without_convolutions_and_jobs_time_nothing(kept, monkeypatch):
     import jax
 
+    from multidev.testing import LENET
+
+    mlp = multidev.ModelSpec("mlp", (16,), 3)
     cpus = jax.devices("cpu")[:2]
-    assert kept.settled(cpus, 1) is None, "one process on CPUs: timed"
-    assert kept.settled([SimpleNamespace(platform="gpu")], 1) == "fused"
-    assert kept.settled(cpus, 2) == kept.DEFAULT, "a job without rank 0's pin: the default"
+    assert kept.settled(LENET, cpus, 1) is None, "one process on CPUs: timed"
+    assert kept.settled(LENET, [SimpleNamespace(platform="gpu")], 1) == "fused"
+    assert kept.settled(mlp, cpus, 1) == "fused", "no convolution: the two forms are one program"
     monkeypatch.setenv(kept.ENV, "fused")
-    assert kept.settled(cpus, 1) == "fused" and "MULTIDEV_JAX_CONV_INPUTS=fused" in kept.note()
-    kept._kept.forget()  # jobs agree per process: forget the default taken above
-    assert kept.settled(cpus, 2) == "fused", "a job takes rank 0's pin"
+    assert kept.settled(LENET, cpus, 1) == "fused" and "MULTIDEV_JAX_CONV_INPUTS=fused" in kept.note()
+
+
+@pytest.mark.parametrize("pin, published, want", [("", "", "once"), ("fused", "", "fused"), ("", "fused", "fused")])
+def test_a_jobs_processes_take_rank_0s_form(kept, job, monkeypatch, pin, published, want):
+    """Rank 0 publishes its pin, else the default; the others take what it published, whatever their own pin."""
+    import jax
+
+    from multidev.testing import LENET
+
+    cpus = jax.devices("cpu")[:2]
+    monkeypatch.setenv(kept.ENV, pin)
+    if published:  # this process as rank 1: rank 0 published already
+        monkeypatch.setattr(jax, "process_index", lambda: 1)
+        job.values["multidev/conv_inputs.json/job"] = published
+        monkeypatch.setenv(kept.ENV, "once")  # rank 1's own pin does not count
+    else:
+        monkeypatch.setattr(jax, "process_index", lambda: 0)
+    assert kept.settled(LENET, cpus, 2) == want
+    assert job.values["multidev/conv_inputs.json/job"] == want

@@ -58,18 +58,25 @@ def test_a_planned_run_gets_its_devices_and_one_per_core(monkeypatch, planned, c
 
 
 @pytest.mark.slow  # a fresh interpreter that trains: the quick suite keeps the unit test above
-def test_a_run_of_the_command_line_plans_jaxs_devices():
+def test_a_run_plans_jaxs_devices_and_a_later_run_that_wants_more_is_told_what_to_set():
     proc = run_python("""
         import os
+        import multidev
         from multidev.cli import main
-        os.environ.pop("MULTIDEV_JAX_CPU_DEVICES", None)
         main(["train", "--backend", "jax", "--model", "mlp", "--dataset", "synthetic", "--epochs", "1",
               "--no-progress", "--devices", "cpu:0,cpu:2"])
         import jax
-        print("devices", len(jax.devices("cpu")), max(3, len(os.sched_getaffinity(0))))""")
+        have = len(jax.devices("cpu"))
+        print("devices", have, max(3, len(os.sched_getaffinity(0))))
+        try:
+            multidev.train("jax", model="mlp", dataset="synthetic", epochs=1, devices=have + 1, progress=False)
+        except multidev.MultidevError as err:
+            print("refused:", err)""")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    have, want = proc.stdout.split("devices")[-1].split()
+    have, want = next(line for line in proc.stdout.splitlines() if line.startswith("devices ")).split()[1:]
     assert have == want, proc.stdout
+    refusal = proc.stdout.split("refused: ")[-1]
+    assert "this engine offers" in refusal and "MULTIDEV_JAX_CPU_DEVICES set before JAX starts" in refusal, refusal
 
 
 def test_env_override_sets_the_count():

@@ -16,14 +16,12 @@ def engine():
 
 
 @pytest.fixture
-def sums(engine, monkeypatch, tmp_path):
+def sums(engine, monkeypatch, afresh):
     """The sums module measuring afresh, with its choices kept in a folder of this test's own."""
-    from multidev_jax import choices, sums
+    from multidev_jax import sums
 
     engine.max_cpu_devices()
-    monkeypatch.delenv(sums.ENV, raising=False)
-    monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
-    monkeypatch.setattr(sums, "_kept", choices.Kept("sums.json", sums.FORMS))
+    afresh(sums)
     measured = []  # the shapes measured, in order: the real measuring, counted
     real = sums._measure
     monkeypatch.setattr(sums, "_measure", lambda shape, dtype: measured.append(shape) or real(shape, dtype))

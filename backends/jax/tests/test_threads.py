@@ -100,19 +100,6 @@ def test_a_long_step_is_timed_fewer_times():
     assert len(calls) == 2  # the untimed run and one timed: together over the budget
 
 
-class _Store:
-    """A job's key-value store as JAX's distributed client offers it: rank 0 publishes, the others wait for it."""
-
-    def __init__(self, **published: str) -> None:
-        self.values = dict(published)
-
-    def key_value_set(self, key: str, value: str) -> None:
-        self.values[key] = value
-
-    def blocking_key_value_get(self, key: str, timeout_ms: int) -> str:
-        return self.values[key]
-
-
 class _AnyKey(dict):
     """A store where rank 0 published ``form`` for every key."""
 
@@ -122,18 +109,6 @@ class _AnyKey(dict):
 
     def __missing__(self, key: str) -> str:
         return self.form
-
-
-@pytest.fixture
-def job(monkeypatch):
-    """This process as a rank of a two-process job, with a store of its own."""
-    import jax
-    from jax._src.distributed import global_state
-
-    store = _Store()
-    monkeypatch.setattr(jax, "process_count", lambda: 2)
-    monkeypatch.setattr(global_state, "client", store)
-    return store
 
 
 def _lowered_on(devices: int):
@@ -172,14 +147,12 @@ def test_one_device_measures_nothing_and_reads_nothing(measuring, monkeypatch):
     assert np.asarray(measuring.compile(lowered, "f", args)(*args)).tolist() == list(np.arange(8.0) * 2)
 
 
-def test_sums_in_a_job_take_rank_0s_form(job, monkeypatch, tmp_path):
+def test_sums_in_a_job_take_rank_0s_form(job, monkeypatch, tmp_path, afresh):
     import jax
 
-    from multidev_jax import choices, sums
+    from multidev_jax import sums
 
-    monkeypatch.delenv(sums.ENV, raising=False)
-    monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
-    monkeypatch.setattr(sums, "_kept", choices.Kept("sums.json", sums.FORMS))
+    afresh(sums)
     monkeypatch.setattr(sums, "_measure", None)
     key = "8x4x4x16:float32:matvec,reduce,staged"
     (tmp_path / "sums.json").write_text(json.dumps({key: "reduce"}))
@@ -193,15 +166,13 @@ def test_sums_in_a_job_take_rank_0s_form(job, monkeypatch, tmp_path):
     assert job.values == {f"multidev/sums.json/{key}": "reduce"}
 
 
-def test_rank_0_of_a_job_measures_a_new_shape_and_every_rank_takes_its_form(job, monkeypatch, tmp_path):
+def test_rank_0_of_a_job_measures_a_new_shape_and_every_rank_takes_its_form(job, monkeypatch, tmp_path, afresh):
     """A job's workers once took matrix-vector sums for every shape rank 0 had not met alone: measured now."""
     import jax
 
-    from multidev_jax import choices, sums
+    from multidev_jax import sums
 
-    monkeypatch.delenv(sums.ENV, raising=False)
-    monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
-    monkeypatch.setattr(sums, "_kept", choices.Kept("sums.json", sums.FORMS))
+    afresh(sums)
     monkeypatch.setattr(sums, "_measure", lambda shape, dtype: "staged")
     monkeypatch.setattr(jax, "process_index", lambda: 0)
     key = "8x4x4x16:float32:matvec,reduce,staged"
@@ -226,5 +197,5 @@ def test_a_later_job_of_the_same_processes_agrees_afresh(job, monkeypatch, tmp_p
     monkeypatch.setattr(jax, "process_index", lambda: 1)
     job.values["multidev/threads.json/step"] = "one"
     assert kept.agreed("step", "cores") == "one"
-    monkeypatch.setattr(global_state, "client", _Store(**{"multidev/threads.json/step": "cores"}))
+    monkeypatch.setattr(global_state, "client", type(job)(**{"multidev/threads.json/step": "cores"}))  # a new job
     assert kept.agreed("step", "cores") == "cores"
