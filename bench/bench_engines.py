@@ -44,9 +44,8 @@ def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, 
 
     spec = multidev.ModelSpec(model, (1, size, size), 10)
     engine = multidev.load_backend(backend)
-    from multidev.engine import PlansCpuDevices
-    if isinstance(engine, PlansCpuDevices):  # as a run tells it, before its first other call
-        engine.plan_cpu_devices(k)
+    from multidev.engine import plan_cpu_devices
+    plan_cpu_devices(engine, k)  # as a run tells it, before its first other call
     devices = multidev.resolve_devices(devices=k, gpu_count=engine.gpu_count(), max_cpu=engine.max_cpu_devices())
     reps = multidev.replicate(engine, multidev.Setup(spec, devices), spec.init(0))
     rng = np.random.default_rng(0)

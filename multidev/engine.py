@@ -14,7 +14,7 @@ from multidev.engines.cpu import cpu_flags
 from multidev.engines.idioms import MultiProcess, ReplicaStates, labels, predictions
 from multidev.engines.lockstep import AllGather, combine_moments, run_lockstep
 from multidev.engines.protocol import (Backend, BatchT, MultiProcessBackend, OptimizerState, PendingStats,
-                                       PlansCpuDevices, Replicas, Setup, StepStats)
+                                       PlansCpuDevices, Replicas, Setup, StepStats, plan_cpu_devices)
 from multidev.errors import MultidevError, PeerLost, first_line
 from multidev.nn.layers import LN_EPS
 from multidev.nn.zoo import Block, resnet18_blocks
@@ -34,7 +34,8 @@ from multidev.rules.split import DeviceShard, Placed, Shards
 __all__ = [
     "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "cause", "DTYPES", "Device",
     "DeviceShard", "Helper", "LN_EPS", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Optimizer",
-    "OptimizerState", "PendingStats", "PlansCpuDevices", "PRECISIONS", "HostSum", "Param", "Placed", "ProcessGroup", "STEP",
+    "OptimizerState", "PendingStats", "PlansCpuDevices", "PRECISIONS", "HostSum", "Param", "Placed", "ProcessGroup",
+    "STEP", "plan_cpu_devices",
     "check_state", "slot_name", "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments",
     "resnet18_blocks", "run_lockstep", "running_statistic", "spawn", "statistic_sources", "worker_failed",
     # restarts after a fault and signals passed on, for an engine whose framework brings its own launcher

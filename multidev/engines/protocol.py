@@ -237,6 +237,12 @@ class MultiProcessBackend(Backend, Protocol):
         """``values`` summed over every process of the group (float64 in, float64 out)."""
 
 
+def plan_cpu_devices(engine: Backend, count: int) -> None:
+    """Tell an engine that fixes its CPU device count at start-up (:class:`PlansCpuDevices`) a run's most."""
+    if isinstance(engine, PlansCpuDevices):
+        engine.plan_cpu_devices(count)
+
+
 def replicate(engine: Backend, setup: Setup, state: State) -> Replicas:
     """The core's way to build replicas: the setup checked against what the engine claims."""
     check_claims(engine, setup.needs())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 from multidev.errors import MultidevError
 
@@ -102,12 +102,14 @@ def cpu_devices_wanted(gpus: object = None, devices: DeviceSpec = None) -> int:
 
 
 def resolve_devices(*, gpus: object = None, devices: DeviceSpec = None, gpu_count: int = 0,
-                    max_cpu: int | None = None, first_gpu: int = 0, cpu_note: str = "") -> list[Device]:
+                    max_cpu: int | None = None, first_gpu: int = 0,
+                    cpu_note: Callable[[], str] | None = None) -> list[Device]:
     """Turn the user's request into concrete device names.
 
     ``gpu_count`` is what the engine can see; ``max_cpu`` is how many virtual
     CPU devices the engine can offer (None: as many as asked), ``cpu_note``
-    what the engine says of that number (where it came from, what changes it).
+    what the engine says of that number (where it came from, what changes it),
+    asked only when a request exceeds it.
     ``first_gpu`` is this process's place among the processes of its machine:
     ``gpus=k`` then takes GPUs ``first_gpu * k`` to ``first_gpu * k + k - 1``.
     """
@@ -134,7 +136,8 @@ def resolve_devices(*, gpus: object = None, devices: DeviceSpec = None, gpu_coun
                             f"use --gpus to fall back to CPU devices, or name fewer")
     cpus = [d for d in chosen if d.kind == "cpu"]
     if cpus and max_cpu is not None and max(d.index for d in cpus) >= max_cpu:
-        why = f" (its CPU devices: {cpu_note})" if cpu_note else " (`multidev backends` shows the limit)"
+        note = cpu_note() if cpu_note else ""
+        why = f" (its CPU devices: {note})" if note else " (`multidev backends` shows the limit)"
         raise MultidevError(f"{len(cpus)} CPU devices asked for but this engine offers {max_cpu} "
                             f"in this process{why}: ask for fewer")
     return chosen

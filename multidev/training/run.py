@@ -13,7 +13,7 @@ from multidev.data import Dataset, load_dataset
 from multidev.data.transforms import Transforms
 from multidev.engines.capabilities import check_claims
 from multidev.engines.cpu import native_bf16
-from multidev.engines.protocol import Backend, PlansCpuDevices, Replicas, Setup, replicate
+from multidev.engines.protocol import Backend, Replicas, Setup, plan_cpu_devices, replicate
 from multidev.engines.registry import engine_version
 from multidev.errors import MultidevError, PeerLost, UserCodeError
 from multidev.nn import sources
@@ -249,19 +249,16 @@ def warn_emulated_bf16(precision: str, devices: list[Device]) -> None:
 
 def plan_devices(engine: Backend, s: Settings) -> None:
     """Tell an engine that fixes its CPU device count at start-up the run's, before it starts (a no-op after)."""
-    if isinstance(engine, PlansCpuDevices):
-        engine.plan_cpu_devices(cpu_devices_wanted(s.gpus, s.devices))
+    plan_cpu_devices(engine, cpu_devices_wanted(s.gpus, s.devices))
 
 
 def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch = None, local_rank: int = 0) -> Result:
     """Train ``s`` in this process (this rank's share of ``job``), reporting each epoch to ``on_epoch``."""
     plan_devices(engine, s)
-    gpus, cpus = engine.gpu_count(), engine.max_cpu_devices()
     # too few: the engine says where its count came from (an earlier run of this process?) and what sets another
-    short = cpus is not None and cpu_devices_wanted(s.gpus, s.devices) > cpus
-    note = engine.settings().get("cpu devices", "") if short else ""
-    chosen = resolve_devices(gpus=s.gpus, devices=s.devices, gpu_count=gpus, max_cpu=cpus, first_gpu=local_rank,
-                             cpu_note=note)
+    chosen = resolve_devices(gpus=s.gpus, devices=s.devices, gpu_count=engine.gpu_count(),
+                             max_cpu=engine.max_cpu_devices(), first_gpu=local_rank,
+                             cpu_note=lambda: engine.settings().get("cpu devices", ""))
     if job.writer:
         warn_emulated_bf16(s.precision, chosen)
     if s.shard_weights is not None:

@@ -59,7 +59,7 @@ def test_gpus_used_when_present():
     (dict(devices=["gpu:0"]), r"gpu:0 asked for but this engine sees 0 GPU\(s\): use --gpus to fall back"),
     (dict(devices=3, max_cpu=2), r"3 CPU devices asked for but this engine offers 2 in this process \(`multidev "
                                  r"backends` shows the limit\): ask for fewer"),
-    (dict(devices=3, max_cpu=2, cpu_note="2 (set by an earlier run)"),
+    (dict(devices=3, max_cpu=2, cpu_note=lambda: "2 (set by an earlier run)"),
      r"3 CPU devices asked for but this engine offers 2 in this process \(its CPU devices: 2 \(set by an earlier "
      r"run\)\): ask for fewer"),
     (dict(gpus=1, devices=1), "give either gpus or devices, not both"),

@@ -20,7 +20,8 @@ keyed as :mod:`.parts` keys its choices); ``multidev backends`` counts them.
 
 ``MULTIDEV_JAX_CONV_INPUTS=fused`` or ``once`` pins a form (the test suite
 pins ``fused``). GPUs always take ``fused``: XLA:GPU fuses otherwise, and no
-GPU was timed; so does a model without convolutions (the forms are one program). A job of several processes never measures (its processes must
+GPU was timed; so does a model without convolutions (the forms are one
+program). A job of several processes never measures (its processes must
 compile one program): each takes rank 0's pin, else ``once``, the faster on
 every CPU timed (a worker of one thread on the Zen 4: 1.14 s a step against
 1.18).

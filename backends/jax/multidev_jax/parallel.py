@@ -111,13 +111,14 @@ class JaxReplicas(ReplicaStates):
         self._program = (self.spec, self.sync, setup.optimizer, setup.precision, setup.tf32, self.dtype)
         #: parts a device runs on if split (1: never); split or not is decided at the first batch (parts.py)
         self._split = parts.split_parts(list(self._named), setup.group.size, len(cpu_devices()))
-        #: the convolutions' inputs, fused or once (conv_inputs.py); None: timed at the first batch
+        #: the parts a device runs on and the convolutions' inputs (conv_inputs.py); None: timed at the first batch
+        self._parts = parts.settled(self._split)
         self._inputs = conv_inputs.settled(self.spec, list(self._named), setup.group.size)
-        self._decided = (self._split == 1 or parts.pinned() is not None) and self._inputs is not None
+        self._decided = self._parts is not None and self._inputs is not None
         #: the steps' sums are the job's (psum over the mesh): rank 0 reports them, the others report 0
         self._reports = setup.group.rank == 0
         self._compiler = Compiler()
-        self._use(self._split if parts.pinned() == "split" else 1, self._inputs or conv_inputs.DEFAULT)
+        self._use(self._parts or 1, self._inputs or conv_inputs.DEFAULT)
         self._dropouts = self.spec.dropouts()  # (node, rate, one sample's shape): where masks are needed
         self._sum: Any = None  # the gradient summed over an update's micro-batches so far (None: never accumulated)
         if setup.group.size > 1:  # the step's psum spans the job: XLA's collectives, gloo between CPU processes
@@ -168,12 +169,11 @@ class JaxReplicas(ReplicaStates):
         if self._inputs is None:
             name = conv_inputs.key(len(self._named), length, self._program)
             self._inputs = conv_inputs.choose(name, {form: timer(1, form) for form in conv_inputs.FORMS})
-        count = self._split if parts.pinned() == "split" else 1
-        if self._split > 1 and parts.pinned() is None:
+        if self._parts is None:
             name = parts.key(len(self._named), self._split, length, (*self._program, self._inputs))
             form = parts.choose(name, {"whole": timer(1, self._inputs), "split": timer(self._split, self._inputs)})
-            count = self._split if form == "split" else 1
-        self._use(count, self._inputs)
+            self._parts = self._split if form == "split" else 1
+        self._use(self._parts, self._inputs)
         self._compiler.seconds = compiling + time.perf_counter() - start
 
     def _probe(self, shards: Shards) -> Shards:

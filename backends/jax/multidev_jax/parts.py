@@ -67,6 +67,14 @@ def split_parts(devices: list[jax.Device], processes: int, available: int) -> in
     return parts if parts >= 2 else 1
 
 
+def settled(split: int) -> Optional[int]:
+    """A device's parts where nothing is timed (no split possible, or a pin), else None: time them (:func:`choose`)."""
+    pin = pinned()
+    if split == 1 or pin is not None:
+        return split if pin == "split" else 1
+    return None
+
+
 def key(devices: int, parts: int, length: int, recipe: tuple[Any, ...]) -> str:
     """What a choice holds for: the devices, their parts, the shard length, the cores, the recipe, the pins and JAX's
     CPU device count (XLA sizes its thread pools by it)."""
