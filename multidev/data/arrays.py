@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from multidev.data.dataset import Dataset
+from multidev.data.holdout import stratified
 from multidev.data.rows import floats
 from multidev.errors import MultidevError
 
@@ -74,18 +75,12 @@ def labels(y: object, rows: int, what: str) -> np.ndarray:
 
 
 def held_out(rows: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(training rows, test rows), sorted: a seeded ``fraction`` held out, the same every run."""
-    if not 0 < fraction < 1:
-        raise MultidevError(f"the test fraction must be in (0, 1), got {fraction!r}")
-    order = np.random.default_rng(seed).permutation(rows)
-    n_test = max(1, int(round(fraction * rows)))
-    if n_test >= rows:
-        raise MultidevError(f"{rows} training samples cannot spare a test set: give test samples or more data")
-    return np.sort(order[n_test:]), np.sort(order[:n_test])
+    """(training rows, test rows), sorted, for rows whose labels are not read yet: one class to stratify."""
+    return stratified(np.zeros(rows, np.int64), fraction, seed)
 
 
 def _held_out(x: np.ndarray, y: np.ndarray, fraction: float, seed: int):
-    train, test = held_out(len(x), fraction, seed)
+    train, test = stratified(y, fraction, seed)
     return x[train], y[train], x[test], y[test]
 
 

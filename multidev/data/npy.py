@@ -18,8 +18,9 @@ from typing import Optional
 
 import numpy as np
 
-from multidev.data.arrays import check_kind, class_count, held_out, labels, sample_shape
+from multidev.data.arrays import check_kind, class_count, labels, sample_shape
 from multidev.data.dataset import Dataset
+from multidev.data.holdout import stratified
 from multidev.data.rows import Pixels, Taken, check_finite, chunks
 from multidev.errors import MultidevError
 
@@ -116,7 +117,7 @@ def folder(path: str | Path, layout: str = "NCHW", *, test_fraction: float = 0.2
         if xt.shape[1:] != x.shape[1:]:
             raise MultidevError(f"x_test's samples are {xt.shape[1:]}, x_train's {x.shape[1:]}: give them one shape")
         return Dataset(root.resolve().name, x, y, xt, yt, class_count(y, yt), _classes(root))
-    train, test = held_out(len(x), test_fraction, seed)
+    train, test = stratified(y, test_fraction, seed)
     return Dataset(root.resolve().name, Taken(x, train), y[train], Taken(x, test), y[test],
                    class_count(y[train], y[test]), _classes(root))
 
