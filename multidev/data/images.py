@@ -1,27 +1,27 @@
 """A folder of class folders of images, the layout users already have, read with Pillow a minibatch at a time.
 
-``root/<class>/*.png`` (a seeded fraction held out for testing) or
-``root/train/<class>/...`` and ``root/test/<class>/...``. Classes are the
-folder names in sorted order, files sorted by name, so every process indexes
-the same list. Indexing opens each file's header only (size, colour mode),
-with a progress bar on large folders; pixels are decoded when a minibatch
-asks for them, so a folder larger than memory trains.
+``root/<class>/.../*.png`` (a seeded fraction held out for testing, class by
+class) or ``root/train/<class>/...`` and ``root/test/<class>/...``; which files
+count and in what order is :mod:`multidev.data.image_files`, the same as
+torchvision's ImageFolder. Indexing opens each file's header only (size,
+colour mode), with a progress bar on large folders; pixels are decoded when a
+minibatch asks for them, so a folder larger than memory trains.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 
-from multidev.data.arrays import held_out
+from multidev.data.arrays import class_count
 from multidev.data.dataset import Dataset
+from multidev.data.holdout import stratified
+from multidev.data.image_files import Listing, class_folders, listing
 from multidev.data.rows import Rows, in_core_layout
 from multidev.errors import MultidevError
 
-EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 COLORS = ("auto", "gray", "rgb")
 #: the largest side --image-size takes (a typo such as 100000 would ask for tens of gigabytes a minibatch)
 MAX_SIDE = 4096
@@ -50,35 +50,6 @@ def parse_size(value: object) -> Optional[tuple[int, int]]:
 
 def size_text(size: tuple[int, int]) -> str:
     return f"{size[0]}x{size[1]}"
-
-
-@dataclass(frozen=True)
-class Listing:
-    """The image files of one split with their class numbers."""
-
-    paths: tuple[Path, ...]
-    labels: np.ndarray
-
-
-def _classes(root: Path) -> list[Path]:
-    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if not folders:
-        raise MultidevError(f"{root} holds no class folders: put each class's images in a folder of its own, "
-                            f"{root}/<class>/<image>.png")
-    return folders
-
-
-def _listing(root: Path, names: Sequence[str]) -> Listing:
-    paths, labels = [], []
-    for number, name in enumerate(names):
-        folder = root / name
-        files = sorted(p for p in folder.iterdir() if p.suffix.lower() in EXTENSIONS) if folder.is_dir() else []
-        if not files and folder.is_dir():
-            raise MultidevError(f"class folder {folder} holds no images ({', '.join(EXTENSIONS)}): add some or "
-                                f"remove the folder")
-        paths += files
-        labels += [number] * len(files)
-    return Listing(tuple(paths), np.asarray(labels, dtype=np.int64))
 
 
 def _headers(paths: Sequence[Path], progress: bool) -> list[tuple[tuple[int, int], str]]:
@@ -127,7 +98,7 @@ class Images(Rows):
 
 def _shape(listings: Sequence[Listing], headers: list, size: Optional[tuple[int, int]], color: str):
     """(height, width) and gray or not, from the settings or else the images; one line for mixed sizes."""
-    paths = [p for listing in listings for p in listing.paths]
+    paths = [p for part in listings for p in part.paths]
     if size is None:
         sizes = {s for s, _ in headers}
         if len(sizes) > 1:
@@ -149,24 +120,23 @@ def folder(root: str | Path, image_size: Optional[tuple[int, int]] = None, color
     if color not in COLORS:
         raise MultidevError(f"color must be one of {', '.join(COLORS)}, got {color!r}")
     split = (root / "train").is_dir() and (root / "test").is_dir()
-    names = [p.name for p in _classes(root / "train" if split else root)]
+    names = [p.name for p in class_folders(root / "train" if split else root)]
     if split:
-        extra = sorted({p.name for p in _classes(root / "test")} - set(names))
+        extra = sorted({p.name for p in class_folders(root / "test")} - set(names))
         if extra:
             raise MultidevError(f"{root / 'test' / extra[0]} is a class the training folder {root / 'train'} "
                                 f"does not have: give both the same class folders")
-        listings = [_listing(root / "train", names), _listing(root / "test", names)]
+        train, test = listing(root / "train", names), listing(root / "test", names)
     else:
-        listings = [_listing(root, names)]
-    headers = _headers([p for listing in listings for p in listing.paths], progress)
-    size, gray = _shape(listings, headers, image_size, color)
+        train, test = _held_out(listing(root, names), test_fraction, seed)
+    headers = _headers([*train.paths, *test.paths], progress)
+    size, gray = _shape([train, test], headers, image_size, color)
     name = root.resolve().name  # the folder's own name, however the path was written ("." included)
-    if split:
-        train, test = listings
-        return Dataset(name, Images(train.paths, size, gray), train.labels, Images(test.paths, size, gray),
-                       test.labels, len(names), tuple(names))
-    whole = listings[0]
-    rows, held = held_out(len(whole.paths), test_fraction, seed)
-    pick = lambda which: [whole.paths[i] for i in which]  # noqa: E731
-    return Dataset(name, Images(pick(rows), size, gray), whole.labels[rows], Images(pick(held), size, gray),
-                   whole.labels[held], len(names), tuple(names))
+    return Dataset(name, Images(train.paths, size, gray), train.labels, Images(test.paths, size, gray),
+                   test.labels, class_count(train.labels, test.labels), tuple(names))
+
+
+def _held_out(whole: Listing, fraction: float, seed: int) -> tuple[Listing, Listing]:
+    """The seeded held-out split of the arrays path, so a folder and its pixels as arrays hold out the same."""
+    return tuple(Listing(tuple(whole.paths[i] for i in rows), whole.labels[rows])  # type: ignore[return-value]
+                 for rows in stratified(whole.labels, fraction, seed))

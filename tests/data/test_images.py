@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from multidev.data import arrays, images
+from multidev.data import arrays, images, loader
 from multidev.errors import MultidevError
 from multidev.testing.fake import FakeEngine
 from multidev.testing.images import write_images
@@ -102,3 +102,65 @@ def test_a_large_folder_shows_a_bar_while_indexing(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(images, "_BAR_FROM", 10)
     images.folder(tmp_path / "set", progress=True)
     assert "indexing images" in capsys.readouterr().err
+
+
+# 18 gray images of 7 classes, uneven, nested, in every format the peers read, in the order they index them
+TREE = [("ant", "1.png"), ("ant", "2.PNG"), ("ant", "more/3.ppm"), ("ant", "more/deeper/4.pgm"),
+        ("bee", "1.gif"), ("bee", "2.bmp"), ("bee", "3.tif"),
+        ("cat", "a.TIFF"), ("cat", "b.webp"), ("cat", "c.Gif"),
+        ("dog", "only/1.png"), ("dog", "only/2.pgm"),  # a class whose images all sit one level down
+        ("eel", "x.ppm"), ("eel", "y.png"), ("fox", "1.png"), ("fox", "sub/2.bmp"), ("gnu", "1.pgm"), ("gnu", "2.gif")]
+JUNK = ["ant/._1.png", "ant/.DS_Store", "bee/.thumbs/9.png", "cat/notes.txt", "__MACOSX/ant/._1.png", ".cache/1.png"]
+
+
+def uneven_folder(root):
+    """TREE's images under ``root`` (and JUNK that no reader takes for a sample); their pixels and labels."""
+    from PIL import Image
+
+    rng = np.random.default_rng(5)
+    pixels = rng.integers(0, 256, (len(TREE), 6, 6), dtype=np.uint8)
+    names = sorted({c for c, _ in TREE})
+    for (cls, name), image in zip(TREE, pixels):
+        path = root / cls / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rgb = path.suffix in (".ppm", ".webp")  # a colour file of gray pixels, read as gray with color="gray"
+        Image.fromarray(np.stack([image] * 3, -1) if rgb else image).save(path, lossless=True)  # WebP: lossless
+    for name in JUNK:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"\0not an image")
+    return pixels, np.array([names.index(c) for c, _ in TREE]), names
+
+
+def test_a_nested_uneven_folder_yields_the_batches_of_its_pixels_as_arrays(tmp_path):
+    pixels, y, names = uneven_folder(tmp_path / "set")
+    data = images.folder(tmp_path / "set", color="gray")
+    same = arrays(pixels[:, None], y)
+    assert data.classes == tuple(names) and data.num_classes == same.num_classes == 7
+    assert len(data.x_train) + len(data.x_test) == 18 and data.shape == same.shape == (1, 6, 6)
+    assert tmp_path / "set" / "ant" / "more" / "deeper" / "4.pgm" in data.x_train.paths + data.x_test.paths
+    assert np.array_equal(data.y_train, same.y_train) and np.array_equal(data.y_test, same.y_test)
+    assert set(data.y_train) == set(range(7)) and len(set(data.y_test)) == len(data.y_test) == 4
+    for epoch in range(2):
+        for index in loader.batches(loader.epoch_order(len(data.x_train), 0, epoch), 5):
+            assert np.array_equal(data.x_train[index], same.x_train[index])
+            assert np.array_equal(data.y_train[index], same.y_train[index])
+    assert np.array_equal(data.x_test[np.arange(4)], same.x_test)
+
+
+def test_every_class_trains_and_is_tested_where_the_folder_has_enough(tmp_path):
+    pixels, y, _ = uneven_folder(tmp_path / "set")
+    data = images.folder(tmp_path / "set", color="gray", test_fraction=0.4)  # 7 held out: one of each class
+    assert sorted(data.y_test.tolist()) == list(range(7)) and set(data.y_train) == set(range(7))
+    assert np.array_equal(data.y_test, arrays(pixels[:, None], y, test_fraction=0.4).y_test)
+    again = images.folder(tmp_path / "set", color="gray", test_fraction=0.4)
+    other = images.folder(tmp_path / "set", color="gray", test_fraction=0.4, seed=1)
+    assert again.x_test.paths == data.x_test.paths != other.x_test.paths
+
+
+def test_a_folder_of_one_image_a_class_cannot_spare_a_test_set(tmp_path):
+    x, y = pixels(n=4, classes=4)
+    write_images(tmp_path / "set", x, y)
+    (tmp_path / "set" / "class0" / "._00000.png").write_bytes(b"\0")  # AppleDouble: not a second image
+    with pytest.raises(MultidevError, match=r"^4 training samples of 4 classes cannot spare a test set and keep "
+                       r"every class in training: give test samples or more data$"):
+        images.folder(tmp_path / "set")
