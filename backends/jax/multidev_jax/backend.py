@@ -6,7 +6,8 @@ from typing import Optional
 
 from multidev.engine import MultiProcess, Setup, State
 
-from . import compile_cache, conv_inputs, distributed, parts, sums, threads
+from . import compile_cache, distributed
+from .forms import CHOICES
 from .devices import configure_cpu_devices, cpu_devices, cpu_devices_note, gpu_devices
 from .parallel import JaxReplicas
 
@@ -25,8 +26,7 @@ class JaxBackend(MultiProcess):
     def settings(self) -> dict[str, str]:
         configure_cpu_devices()
         return {"cpu devices": cpu_devices_note(), "compilation cache": compile_cache.note(),
-                "BatchNorm sums": sums.note(), "threads": threads.note(), "device parts": parts.note(),
-                "convolution inputs": conv_inputs.note(),
+                **{label: choice.note() for label, choice in CHOICES.items()},
                 "float64": "JAX's 64-bit mode is switched on for float64 runs only, and off again after each call"}
 
     def plan_cpu_devices(self, count: int) -> None:
@@ -42,6 +42,6 @@ class JaxBackend(MultiProcess):
 
     def replicate(self, setup: Setup, state: State) -> JaxReplicas:
         configure_cpu_devices()
-        for pins in (sums, threads, parts, conv_inputs):
-            pins.pinned()  # a misspelt pin refused now, in one line, not inside the first step's compilation
+        for choice in CHOICES.values():
+            choice.pinned()  # a misspelt pin refused now, in one line, not inside the first step's compilation
         return JaxReplicas(setup, state)

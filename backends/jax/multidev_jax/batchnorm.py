@@ -13,19 +13,19 @@ Flax's own ``nn.BatchNorm`` averages per-device means with equal weights,
 which is wrong for uneven shards; hence this module.
 
 The backward pass is written out (:func:`normalize`) so that every
-per-channel sum, forward and backward, goes through :func:`sums.channel_sum`,
-in the form this CPU runs fastest. XLA:CPU turns a reduction over more than
-32 elements into a reduce-window that an Intel Xeon ran 10 to 15 times slower
-than the same sum as a matrix-vector product (f32[64,28,28,64] to 64 sums:
-10 ms against 0.7-1.0 ms; left to autodiff, BatchNorm's five such sums per
-layer took 47% of a ResNet-18 step there), while an AMD EPYC runs the
-reductions faster: sums.py measures which.
+per-channel sum, forward and backward, goes through one function, the run's
+form of the sums (``channel_sum``: :mod:`.forms.sums`). XLA:CPU turns a
+reduction over more than 32 elements into a reduce-window that an Intel Xeon
+ran 10 to 15 times slower than the same sum as a matrix-vector product
+(f32[64,28,28,64] to 64 sums: 10 ms against 0.7-1.0 ms; left to autodiff,
+BatchNorm's five such sums per layer took 47% of a ResNet-18 step there),
+while an AMD EPYC runs the reductions faster: forms/sums.py measures which.
 """
 
 from __future__ import annotations
 
 from functools import partial
-from typing import Optional
+from typing import Callable, Optional
 
 import flax.linen as nn
 import jax
@@ -35,22 +35,25 @@ from jax import lax
 from multidev.engine import BN_EPS, BN_MOMENTUM
 
 from .allreduce import Rows
-from .sums import channel_sum
+
+#: (activations, rows' weights) -> per channel (the last axis), the weighted sum over the rows and every other axis
+ChannelSum = Callable[[jax.Array, jax.Array], jax.Array]
 
 
 def _rows(weight: jax.Array, x: jax.Array) -> jax.Array:
     return weight.reshape((-1,) + (1,) * (x.ndim - 1))
 
 
-def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, rows: Rows, cpu: bool):
+def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, rows: Rows,
+             channel_sum: ChannelSum):
     per_row = x.size // (x.shape[0] * x.shape[-1]) if x.shape[0] else 1
     # the row count travels with the channel sums: one psum, not two
-    sums = rows.sum(jnp.append(channel_sum(x, weight, cpu), jnp.sum(weight) * per_row))
+    sums = rows.sum(jnp.append(channel_sum(x, weight), jnp.sum(weight) * per_row))
     count = sums[-1]
     n = jnp.maximum(count, 1.0)
     mean = sums[:-1] / n
     centred = x - mean
-    var = rows.sum(channel_sum(centred * centred, weight, cpu)) / n  # two passes
+    var = rows.sum(channel_sum(centred * centred, weight)) / n  # two passes
     # an empty shard's variance is 0: normalise its padding with 1 instead, so that rsqrt(eps) cannot blow it up
     # layer after layer. Padding rows stay finite and are never read (the statistics and the loss skip them)
     rstd = lax.rsqrt(jnp.where(count > 0, var, 1.0) + BN_EPS)
@@ -59,22 +62,23 @@ def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array,
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def normalize(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, rows: Rows, cpu: bool):
+def normalize(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, rows: Rows,
+              channel_sum: ChannelSum):
     """(gamma * x_hat + beta, (mean, biased variance, count)) over the rows with weight 1 of ``rows``.
 
     The statistics are for the running averages only: their gradient is not
     defined (use them under ``lax.stop_gradient``).
     """
-    out, stats, _ = _forward(x, weight, gamma, beta, rows, cpu)
+    out, stats, _ = _forward(x, weight, gamma, beta, rows, channel_sum)
     return out, stats
 
 
-def _normalize_fwd(x, weight, gamma, beta, rows, cpu):
-    out, stats, (xhat, rstd, n) = _forward(x, weight, gamma, beta, rows, cpu)
+def _normalize_fwd(x, weight, gamma, beta, rows, channel_sum):
+    out, stats, (xhat, rstd, n) = _forward(x, weight, gamma, beta, rows, channel_sum)
     return (out, stats), (xhat, rstd, n, weight, gamma)
 
 
-def _normalize_bwd(rows, cpu, residuals, cotangents):
+def _normalize_bwd(rows, channel_sum, residuals, cotangents):
     """dx = gamma * rstd / n * (n * g - sum g - x_hat * sum g x_hat), sums over the real rows of ``rows``.
 
     gamma's and beta's cotangents are this part's own: the step differentiates
@@ -84,7 +88,7 @@ def _normalize_bwd(rows, cpu, residuals, cotangents):
     """
     xhat, rstd, n, weight, gamma = residuals
     g = cotangents[0]
-    dbeta, dgamma = channel_sum(g, weight, cpu), channel_sum(g * xhat, weight, cpu)
+    dbeta, dgamma = channel_sum(g, weight), channel_sum(g * xhat, weight)
     whole_dbeta, whole_dgamma = rows.sum((dbeta, dgamma))
     dx = (n * g - whole_dbeta - xhat * whole_dgamma) * (gamma * rstd / n)
     return dx * _rows(weight, g), jnp.zeros_like(weight), dgamma, dbeta
@@ -100,8 +104,8 @@ class BatchNorm(nn.Module):
     training it must run inside ``shard_map`` over mesh axis ``rows.axis``.
     """
 
+    channel_sum: ChannelSum  # the run's form of the per-channel sums (forms/sums.py)
     rows: Rows = Rows()  # what the statistics cover (module docstring)
-    cpu: bool = True  # the sums' form is measured on CPUs only (sums.py)
 
     @nn.compact
     def __call__(self, x: jax.Array, mask: Optional[jax.Array]) -> jax.Array:
@@ -116,7 +120,7 @@ class BatchNorm(nn.Module):
         if mask is None:
             out = (x - running_mean.value) * (gamma * lax.rsqrt(running_var.value + BN_EPS)) + beta
             return out.astype(compute)
-        out, stats = normalize(x, mask.astype(x.dtype), gamma, beta, self.rows, self.cpu)
+        out, stats = normalize(x, mask.astype(x.dtype), gamma, beta, self.rows, self.channel_sum)
         # local statistics are this device's own (the same on its parts): the step averages every layer's running
         # statistics over the devices with rows at once (allreduce.device_mean); sync ones are the same everywhere
         mean, var, _ = (lax.stop_gradient(s) for s in stats)

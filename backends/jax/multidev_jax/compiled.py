@@ -14,11 +14,12 @@ training; a barrier after each compile counts that wait here.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Optional
 
 import jax
 
-from . import compile_cache, distributed, threads
+from . import compile_cache, distributed
+from .forms import threads as xla_threads
 
 _CACHE: dict[Hashable, jax.stages.Compiled] = {}
 
@@ -27,19 +28,22 @@ class Compiler:
     """Hands out compiled steps; ``seconds`` is what this owner spent compiling (tracing included).
 
     ``cached`` counts the executables that came from JAX's persistent cache
-    (see :mod:`.compile_cache`) rather than from XLA.
+    (see :mod:`.compile_cache`) rather than from XLA. ``threads``: the run's
+    form of XLA's threads (:mod:`.forms.threads`; None: each program's
+    measured form).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, threads: Optional[str] = None) -> None:
         self.seconds = 0.0
         self.cached = 0
+        self.threads = threads
 
     def get(self, key: Hashable, jitted: Callable[..., Any], *args: Any) -> jax.stages.Compiled:
         compiled = _CACHE.get(key)
         if compiled is None:
             start, hits = time.perf_counter(), compile_cache.hits()
             name = str(key[0]) if isinstance(key, tuple) and key else str(key)
-            compiled = threads.compile(jitted.lower(*args), name, args)  # type: ignore[attr-defined]
+            compiled = xla_threads.compile(jitted.lower(*args), name, args, self.threads)  # type: ignore[attr-defined]
             if jax.process_count() > 1:  # every process compiles the same steps in the same order
                 distributed.barrier()
             self.seconds += time.perf_counter() - start

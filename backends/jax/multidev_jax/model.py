@@ -27,8 +27,9 @@ from multidev.nn import layers as md
 from multidev.nn.graph import Graph, NodeSpec
 
 from .allreduce import Rows
-from .batchnorm import BatchNorm
+from .batchnorm import BatchNorm, ChannelSum
 from .conv import conv_general_dilated, conv_general_dilated_once
+from .forms.sums import matvec
 
 #: Full float32 everywhere: the engines promise the same answers, and TF32 on GPUs would break the 1e-3 tolerance.
 PRECISION = lax.Precision.HIGHEST
@@ -48,13 +49,15 @@ class Compute:
     parameters' dtype; bfloat16 for precision bf16, the parameters staying
     float32). BatchNorm and the logits stay in the parameters' dtype.
     ``inputs_once``: in training, each convolution's input is written once
-    (CPUs: :mod:`.conv_inputs`).
+    (CPUs: :mod:`.forms.conv_inputs`). ``channel_sum``: BatchNorm's sums, in
+    the run's form (:mod:`.forms.sums`).
     """
 
     cpu: bool = False
     dtype: Any = None
     precision: lax.Precision = PRECISION
     inputs_once: bool = False
+    channel_sum: ChannelSum = matvec
 
     def logits(self, z: jax.Array) -> jax.Array:
         """Logits in float32 (bf16 keeps float32 parameters), so the loss and its sums never run in bfloat16."""
@@ -125,7 +128,7 @@ def _dense(layer: md.Dense, x: jax.Array, run: _Pass, name: str) -> jax.Array:
 
 
 def _batchnorm(layer: md.BatchNorm, x: jax.Array, run: _Pass, name: str) -> jax.Array:
-    return BatchNorm(run.rows, cpu=run.compute.cpu, name=name)(x, run.mask)
+    return BatchNorm(run.compute.channel_sum, run.rows, name=name)(x, run.mask)
 
 
 def _layernorm(layer: md.LayerNorm, x: jax.Array, run: _Pass, name: str) -> jax.Array:

@@ -1,7 +1,7 @@
 """Give JAX its CPU devices before any test touches it (JAX fixes the count when it starts), and what the tests of
 the measured forms share."""
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -11,18 +11,21 @@ configure_cpu_devices()
 
 
 @pytest.fixture
-def afresh(monkeypatch, tmp_path) -> Callable[[Any], Any]:
-    """``afresh(module)``: a measured form's module measuring anew, its choices kept in a folder of this test's own,
-    no step compiled yet (every JAX engine module of a measured form has ``ENV``, ``FORMS``, ``_kept``)."""
-    from multidev_jax import choices, compiled
+def afresh(monkeypatch, tmp_path) -> Iterator[Callable[[Any], Any]]:
+    """``afresh(choice)``: a measured form (``multidev_jax.forms.Choice``) unpinned and measuring anew, its
+    measurements kept in a folder of this test's own (given back after the test), no step compiled yet."""
+    from multidev_jax import compiled
 
-    def fresh(module: Any) -> Any:
-        monkeypatch.delenv(module.ENV, raising=False)
-        monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
-        monkeypatch.setattr(module, "_kept", choices.Kept(module._kept.filename, module.FORMS))
+    given_up = []
+
+    def fresh(choice: Any) -> Any:
+        monkeypatch.delenv(choice.env, raising=False)
+        given_up.append((choice, choice.keeping(lambda: tmp_path)))
         monkeypatch.setattr(compiled, "_CACHE", {})
-        return module
-    return fresh
+        return choice
+    yield fresh
+    for choice, kept in reversed(given_up):
+        choice.restore(kept)
 
 
 class Store:

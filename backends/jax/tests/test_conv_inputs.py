@@ -20,10 +20,10 @@ from multidev.testing.layers import masked  # noqa: E402
 @pytest.fixture
 def kept(monkeypatch, afresh):
     """The choice measured afresh, kept in a folder of this test's own, no compiled step reused; devices whole."""
-    from multidev_jax import conv_inputs
+    from multidev_jax.forms import CONV_INPUTS
 
     monkeypatch.setenv("MULTIDEV_JAX_PARTS", "whole")
-    return afresh(conv_inputs)
+    return afresh(CONV_INPUTS)
 
 
 def _programs(reps) -> tuple[str, str]:
@@ -81,50 +81,53 @@ def test_a_run_measures_once_keeps_the_choice_and_trains_as_the_chosen_form_alon
                                                                                    train_readme):
     reps, measured, *_ = train_readme(1, dtype="float32")
     saved = json.loads((tmp_path / "conv_inputs.json").read_text())
-    assert list(saved) == kept._kept.measured and len(saved) == 1, saved
-    chosen = saved[kept._kept.measured[0]]
-    assert reps.inputs == chosen and reps.compile_seconds > 0 and f"{chosen} for 1" in kept.note()
+    assert list(saved) == kept.kept.measured and len(saved) == 1, saved
+    chosen = saved[kept.kept.measured[0]]
+    assert reps.inputs == chosen == reps.forms.conv_inputs and reps.compile_seconds > 0
+    assert f"{chosen} for 1" in kept.note()
     # the timed steps ran on copies: the run equals one that only ever ran the chosen form
-    monkeypatch.setenv(kept.ENV, chosen)
+    monkeypatch.setenv(kept.env, chosen)
     assert_states_equal([measured, train_readme(1, dtype="float32")[1]],
                         promise="measuring the convolutions' inputs leaves the run as it was")
     # a later run reads the file instead of measuring: the other form, saved, is what it takes
-    monkeypatch.delenv(kept.ENV)
+    monkeypatch.delenv(kept.env)
     other = "fused" if chosen == "once" else "once"
-    (tmp_path / "conv_inputs.json").write_text(json.dumps({kept._kept.measured[0]: other}))
-    kept._kept.forget()
+    (tmp_path / "conv_inputs.json").write_text(json.dumps({kept.kept.measured[0]: other}))
+    kept.kept.forget()
     again = train_readme(1, dtype="float32")[0]
-    assert again.inputs == other and len(kept._kept.measured) == 1, "measured again"
+    assert again.inputs == other and len(kept.kept.measured) == 1, "measured again"
 
 
 def test_pins_gpus_models_without_convolutions_and_jobs_time_nothing(kept, monkeypatch):
     import jax
+    from multidev_jax.forms.conv_inputs import settled
 
     from multidev.testing import LENET
 
     mlp = multidev.ModelSpec("mlp", (16,), 3)
     cpus = jax.devices("cpu")[:2]
-    assert kept.settled(LENET, cpus, 1) is None, "one process on CPUs: timed"
-    assert kept.settled(LENET, [SimpleNamespace(platform="gpu")], 1) == "fused"
-    assert kept.settled(mlp, cpus, 1) == "fused", "no convolution: the two forms are one program"
-    monkeypatch.setenv(kept.ENV, "fused")
-    assert kept.settled(LENET, cpus, 1) == "fused" and "MULTIDEV_JAX_CONV_INPUTS=fused" in kept.note()
+    assert settled(LENET, cpus, 1) is None, "one process on CPUs: timed"
+    assert settled(LENET, [SimpleNamespace(platform="gpu")], 1) == "fused"
+    assert settled(mlp, cpus, 1) == "fused", "no convolution: the two forms are one program"
+    monkeypatch.setenv(kept.env, "fused")
+    assert settled(LENET, cpus, 1) == "fused" and "MULTIDEV_JAX_CONV_INPUTS=fused" in kept.note()
 
 
 @pytest.mark.parametrize("pin, published, want", [("", "", "once"), ("fused", "", "fused"), ("", "fused", "fused")])
 def test_a_jobs_processes_take_rank_0s_form(kept, job, monkeypatch, pin, published, want):
     """Rank 0 publishes its pin, else the default; the others take what it published, whatever their own pin."""
     import jax
+    from multidev_jax.forms.conv_inputs import settled
 
     from multidev.testing import LENET
 
     cpus = jax.devices("cpu")[:2]
-    monkeypatch.setenv(kept.ENV, pin)
+    monkeypatch.setenv(kept.env, pin)
     if published:  # this process as rank 1: rank 0 published already
         monkeypatch.setattr(jax, "process_index", lambda: 1)
         job.values["multidev/conv_inputs.json/job"] = published
-        monkeypatch.setenv(kept.ENV, "once")  # rank 1's own pin does not count
+        monkeypatch.setenv(kept.env, "once")  # rank 1's own pin does not count
     else:
         monkeypatch.setattr(jax, "process_index", lambda: 0)
-    assert kept.settled(LENET, cpus, 2) == want
+    assert settled(LENET, cpus, 2) == want
     assert job.values["multidev/conv_inputs.json/job"] == want

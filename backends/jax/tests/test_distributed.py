@@ -20,12 +20,13 @@ WORKER = textwrap.dedent("""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     import multidev_jax.distributed as distributed
     from multidev_jax import compile_cache, compiled, shared_compile
+    from multidev_jax.forms import THREADS
     from multidev.engine import ProcessGroup
     rank = int(sys.argv[1])
     distributed.join(ProcessGroup(rank, 2), 0)
     mesh = Mesh(np.array(jax.devices()), ("d",))
     x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("d")), np.full((1, 3), rank + 1.0, np.float32))
-    step = compiled.Compiler().get("sum", jax.jit(lambda x: jnp.sum(jnp.sin(x) * 2.0)), x)
+    step = compiled.Compiler(THREADS.pinned()).get("sum", jax.jit(lambda x: jnp.sum(jnp.sin(x) * 2.0)), x)
     total = float(step(x))
     print(json.dumps({"rank": rank, "hits": compile_cache.hits(), "total": total, "note": shared_compile.note()}))
     distributed.leave()

@@ -242,6 +242,7 @@ def test_batchnorm_gradient_is_autodiff_of_the_plain_formula(engine, sync):
     from multidev_jax.allreduce import Rows, vary
     from multidev_jax.batchnorm import normalize
     from multidev_jax.devices import AXIS
+    from multidev_jax.forms.sums import matvec
     from multidev_jax.parallel import x64
 
     engine.max_cpu_devices()
@@ -269,7 +270,7 @@ def test_batchnorm_gradient_is_autodiff_of_the_plain_formula(engine, sync):
         def shard_loss(x, mask, w, gamma, beta):
             # each device's own copy of gamma and beta, as the engine's steps differentiate: their gradient is
             # per device and vary's transpose sums it over the mesh
-            out, _ = normalize(x, mask, *vary((gamma, beta), AXIS), Rows(sync), True)
+            out, _ = normalize(x, mask, *vary((gamma, beta), AXIS), Rows(sync), matvec)
             return jax.lax.psum(jnp.sum(out * w), AXIS)
 
         loss = jax.shard_map(shard_loss, mesh=mesh, in_specs=(P(AXIS), P(AXIS), P(AXIS), P(), P()), out_specs=P())

@@ -17,7 +17,7 @@ from multidev.testing import assert_states_close, assert_states_equal  # noqa: E
 @pytest.fixture
 def cores(monkeypatch):
     """This process as if it had ``n`` cores (the split gives each device one part per core)."""
-    from multidev_jax import parts
+    from multidev_jax.forms import parts
 
     multidev.load_backend("jax").max_cpu_devices()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -48,27 +48,27 @@ def test_a_split_device_trains_as_the_device_whole(monkeypatch, cores, train_rea
 
 def test_a_run_measures_once_keeps_the_choice_and_trains_as_the_chosen_form_alone(monkeypatch, cores, tmp_path,
                                                                                    afresh, train_readme):
-    from multidev_jax import parts
+    from multidev_jax.forms import PARTS
 
     cores(2)
-    afresh(parts)
+    afresh(PARTS)
     reps, measured, *_ = train_readme(1, "local", dtype="float32")
     saved = json.loads((tmp_path / "parts.json").read_text())
-    assert list(saved) == parts._kept.measured and len(saved) == 1, saved
-    chosen = saved[parts._kept.measured[0]]
-    assert reps.parts == (2 if chosen == "split" else 1)
-    assert reps.compile_seconds > 0 and f"{chosen} for 1" in parts.note()
+    assert list(saved) == PARTS.kept.measured and len(saved) == 1, saved
+    chosen = saved[PARTS.kept.measured[0]]
+    assert reps.parts == (2 if chosen == "split" else 1) and reps.forms.parts == reps.parts
+    assert reps.compile_seconds > 0 and f"{chosen} for 1" in PARTS.note()
     # the timed steps ran on copies: the run equals one that only ever ran the chosen form
-    monkeypatch.setenv(parts.ENV, chosen)
+    monkeypatch.setenv(PARTS.env, chosen)
     assert_states_equal([measured, train_readme(1, "local", dtype="float32")[1]],
                         promise="measuring the parts leaves the run as it was")
     # a later run reads the file instead of measuring: the other form, saved, is what it takes
-    monkeypatch.delenv(parts.ENV)
+    monkeypatch.delenv(PARTS.env)
     other = "whole" if chosen == "split" else "split"
-    (tmp_path / "parts.json").write_text(json.dumps({parts._kept.measured[0]: other}))
-    parts._kept.forget()
+    (tmp_path / "parts.json").write_text(json.dumps({PARTS.kept.measured[0]: other}))
+    PARTS.kept.forget()
     again = train_readme(1, "local", dtype="float32")[0]
-    assert again.parts == (2 if other == "split" else 1) and len(parts._kept.measured) == 1, "measured again"
+    assert again.parts == (2 if other == "split" else 1) and len(PARTS.kept.measured) == 1, "measured again"
 
 
 @pytest.mark.parametrize("have, devices, omp, env, want", [
@@ -83,11 +83,11 @@ def test_a_run_measures_once_keeps_the_choice_and_trains_as_the_chosen_form_alon
 ])
 def test_which_runs_can_split(monkeypatch, cores, have, devices, omp, env, want):
     import jax
-    from multidev_jax import parts
+    from multidev_jax.forms import parts
 
     cores(have)
     monkeypatch.setenv("OMP_NUM_THREADS", omp)
-    monkeypatch.setenv(parts.ENV, env)
+    monkeypatch.setenv(parts.PARTS.env, env)
     named = jax.devices("cpu")[:devices]
     available = len(jax.devices("cpu"))
     assert parts.split_parts(named, 1, available) == want

@@ -20,22 +20,23 @@ from multidev.testing import LENET, assert_states_equal, batch  # noqa: E402
     ("2", "", "cores", {}),
 ])
 def test_the_environment_pins_a_form_without_changing_itself(monkeypatch, omp, flags, env, want):
-    from multidev_jax import threads
+    from multidev_jax.forms import threads
 
     monkeypatch.setenv("OMP_NUM_THREADS", omp)
     monkeypatch.setenv("XLA_FLAGS", flags)
-    monkeypatch.setenv(threads.ENV, env)
-    assert threads.options(threads.pinned()) == want
+    monkeypatch.setenv(threads.THREADS.env, env)
+    assert threads.options(threads.THREADS.pinned()) == want
 
 
 @pytest.fixture
 def measuring(monkeypatch, afresh):
-    """The threads module measuring afresh, its choices in a folder of this test's own, no step compiled yet."""
-    from multidev_jax import threads
+    """The threads' form measuring afresh, its choices in a folder of this test's own, no step compiled yet."""
+    from multidev_jax.forms import THREADS, threads
 
     multidev.load_backend("jax").max_cpu_devices()
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    return afresh(threads)
+    afresh(THREADS)
+    return threads
 
 
 def _train(devices: int, steps: int = 2) -> State:
@@ -55,19 +56,20 @@ def test_a_step_on_two_devices_is_measured_once_kept_and_trains_as_the_chosen_fo
     measured = _train(2)
     saved = json.loads((tmp_path / "threads.json").read_text())
     train = [k for k in saved if k.startswith("train:2:")]
-    assert len(train) == 1 and measuring._kept.measured == [train[0]] and set(saved.values()) <= set(measuring.FORMS)
+    choice = measuring.THREADS
+    assert len(train) == 1 and choice.kept.measured == [train[0]] and set(saved.values()) <= set(choice.forms)
     chosen = saved[train[0]]
-    assert f"{measuring.LABELS[chosen]} for 1" in measuring.note()
+    assert f"{choice.labels[chosen]} for 1" in choice.note()
     # the timed runs used copies: the run equals one that only ever ran the chosen form
-    monkeypatch.setenv(measuring.ENV, chosen)
+    monkeypatch.setenv(choice.env, chosen)
     monkeypatch.setattr(compiled, "_CACHE", {})
     assert_states_equal([measured, _train(2)], promise="measuring XLA's threads leaves the run as it was")
     # a later run reads the file instead of measuring: make the saved choice the other form to see it is read
-    monkeypatch.delenv(measuring.ENV)
+    monkeypatch.delenv(choice.env)
     monkeypatch.setattr(compiled, "_CACHE", {})
-    other = next(f for f in measuring.FORMS if f != chosen)
+    other = next(f for f in choice.forms if f != chosen)
     (tmp_path / "threads.json").write_text(json.dumps({train[0]: other}))
-    measuring._kept.forget()
+    choice.kept.forget()
     monkeypatch.setattr(measuring, "best_seconds", None)  # measuring again would fail
     forms = []
     real = measuring.options
@@ -80,13 +82,13 @@ def test_one_device_measures_nothing(measuring, monkeypatch, tmp_path):
     monkeypatch.setattr(measuring, "best_seconds", None)
     state = _train(1, steps=1)
     assert all(np.isfinite(v).all() for v in state.values())
-    assert measuring._kept.measured == [] and not (tmp_path / "threads.json").exists()
+    assert measuring.THREADS.kept.measured == [] and not (tmp_path / "threads.json").exists()
 
 
 def test_a_long_step_is_timed_fewer_times():
     import time
 
-    from multidev_jax import threads
+    from multidev_jax.forms import threads
 
     calls = []
 
@@ -131,38 +133,38 @@ def test_the_processes_of_a_job_take_rank_0s_choice_and_measure_nothing(measurin
     real = measuring.options
     monkeypatch.setattr(measuring, "options", lambda form: forms.append(form) or real(form))
     if rank == 0:  # rank 0 publishes what its own machine kept (nothing kept: the default)
-        measuring.compile(lowered, "f", args)
+        measuring.compile(lowered, "f", args, None)
         assert forms == ["cores"] and list(job.values.values()) == ["cores"]
     else:  # the others take what rank 0 published, whatever their own file says
-        monkeypatch.setattr(measuring._kept, "get", lambda key: "cores")
+        monkeypatch.setattr(measuring.THREADS.kept, "get", lambda key: "cores")
         job.values = _AnyKey("one")
-        measuring.compile(lowered, "f", args)
+        measuring.compile(lowered, "f", args, None)
         assert forms == ["one"]
 
 
 def test_one_device_measures_nothing_and_reads_nothing(measuring, monkeypatch):
     monkeypatch.setattr(measuring, "best_seconds", None)
-    monkeypatch.setattr(measuring._kept, "get", None)  # reading the file would fail
+    monkeypatch.setattr(measuring.THREADS.kept, "get", None)  # reading the file would fail
     lowered, args = _lowered_on(1)
-    assert np.asarray(measuring.compile(lowered, "f", args)(*args)).tolist() == list(np.arange(8.0) * 2)
+    assert np.asarray(measuring.compile(lowered, "f", args, None)(*args)).tolist() == list(np.arange(8.0) * 2)
 
 
 def test_sums_in_a_job_take_rank_0s_form(job, monkeypatch, tmp_path, afresh):
     import jax
 
-    from multidev_jax import sums
+    from multidev_jax.forms import SUMS, sums
 
-    afresh(sums)
-    monkeypatch.setattr(sums, "_measure", None)
+    afresh(SUMS)
+    monkeypatch.setattr(sums, "measure", None)
     key = "8x4x4x16:float32:matvec,reduce,staged"
     (tmp_path / "sums.json").write_text(json.dumps({key: "reduce"}))
     monkeypatch.setattr(jax, "process_index", lambda: 1)
     job.values[f"multidev/sums.json/{key}"] = "matvec"
-    assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == "matvec"  # rank 0's, not this machine's file
-    sums._kept.forget()
+    assert sums.form((8, 4, 4, 16), np.float32) == "matvec"  # rank 0's, not this machine's file
+    SUMS.kept.forget()
     monkeypatch.setattr(jax, "process_index", lambda: 0)
     job.values.clear()
-    assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == "reduce"
+    assert sums.form((8, 4, 4, 16), np.float32) == "reduce"
     assert job.values == {f"multidev/sums.json/{key}": "reduce"}
 
 
@@ -170,19 +172,19 @@ def test_rank_0_of_a_job_measures_a_new_shape_and_every_rank_takes_its_form(job,
     """A job's workers once took matrix-vector sums for every shape rank 0 had not met alone: measured now."""
     import jax
 
-    from multidev_jax import sums
+    from multidev_jax.forms import SUMS, sums
 
-    afresh(sums)
-    monkeypatch.setattr(sums, "_measure", lambda shape, dtype: "staged")
+    afresh(SUMS)
+    monkeypatch.setattr(sums, "measure", lambda shape, dtype: "staged")
     monkeypatch.setattr(jax, "process_index", lambda: 0)
     key = "8x4x4x16:float32:matvec,reduce,staged"
-    assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == "staged"
+    assert sums.form((8, 4, 4, 16), np.float32) == "staged"
     assert job.values == {f"multidev/sums.json/{key}": "staged"}, "published for the other ranks"
     assert json.loads((tmp_path / "sums.json").read_text()) == {key: "staged"}, "and kept, as a run alone keeps it"
-    sums._kept.forget()
-    monkeypatch.setattr(sums, "_measure", None)  # rank 1 measures nothing: it waits for rank 0's answer
+    SUMS.kept.forget()
+    monkeypatch.setattr(sums, "measure", None)  # rank 1 measures nothing: it waits for rank 0's answer
     monkeypatch.setattr(jax, "process_index", lambda: 1)
-    assert sums.form((8, 4, 4, 16), np.float32, cpu=True) == "staged"
+    assert sums.form((8, 4, 4, 16), np.float32) == "staged"
 
 
 def test_a_later_job_of_the_same_processes_agrees_afresh(job, monkeypatch, tmp_path):
@@ -190,10 +192,9 @@ def test_a_later_job_of_the_same_processes_agrees_afresh(job, monkeypatch, tmp_p
     import jax
     from jax._src.distributed import global_state
 
-    from multidev_jax import choices
+    from multidev_jax.forms.choice import Kept
 
-    monkeypatch.setattr(choices.compile_cache, "folder", lambda: tmp_path)
-    kept = choices.Kept("threads.json", ("cores", "one"))
+    kept = Kept("threads.json", ("cores", "one"), folder=lambda: tmp_path)
     monkeypatch.setattr(jax, "process_index", lambda: 1)
     job.values["multidev/threads.json/step"] = "one"
     assert kept.agreed("step", "cores") == "one"
