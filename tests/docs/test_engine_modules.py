@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = sorted([*ROOT.glob("backends/*/multidev_*"), ROOT / "examples" / "numpy_engine" / "multidev_numpy"])
-CODE = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
+CODE = re.compile(r"(?<!`)(`+)(?!`)((?:(?!\n[ \t]*\n).)+?)(?<!`)\1(?!`)", re.S)  # within a paragraph
 
 
 def named(docstring: str) -> set[str]:

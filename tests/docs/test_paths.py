@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,}).*?^[ \t]*\1[ \t]*$", re.M | re.S)
-CODE = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
+CODE = re.compile(r"(?<!`)(`+)(?!`)((?:(?!\n[ \t]*\n).)+?)(?<!`)\1(?!`)", re.S)  # within a paragraph
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'][^)]*)?\)|^[ \t]*\[[^\]]+\]:\s*<?(\S+?)>?\s*$", re.M)
 PLACEHOLDER = re.compile(r"[<>{}*$?\[\]|]")
 
@@ -70,7 +70,8 @@ def test_a_planted_dead_path_is_caught(tmp_path):
     (tmp_path / "multidev").mkdir()
     (tmp_path / "multidev" / "real.py").write_text("")
     (tmp_path / "docs" / "other.md").write_text("")
-    text = ("Read `multidev/real.py:12`, `multidev/gone.py` and `python -m pytest multidev/missing/`;\n"
+    text = ("A stray ` ends no span past its paragraph.\n\n"
+            "Read `multidev/real.py:12`, `multidev/gone.py` and `python -m pytest multidev/missing/`;\n"
             "`path/net.py:function` and `multidev/<name>.py` are no repository paths.\n"
             "```\nmultidev/in_a_fence.py\n```\n"
             "[other](other.md#a-heading), [gone](gone.md), [web](https://example.org/x.md), [here](#top)\n"
