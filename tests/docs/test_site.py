@@ -34,7 +34,8 @@ def test_the_site_builds_strictly(tmp_path):
     assert (tmp_path / "site" / "reference" / "api" / "index.html").is_file()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("griffe") is None, reason="griffe (from mkdocstrings[python]) is not installed")
+@pytest.mark.skipif(importlib.util.find_spec("griffe") is None,
+                    reason="griffe (from mkdocstrings[python]) is not installed")
 def test_docstring_roles_become_code():
     import griffe
 
