@@ -2,7 +2,8 @@
 
 A block that cannot run here (it needs a GPU, Ray, a second machine, the
 reader's own arrays) says why on the line before it:
-``<!-- not run: <reason> -->``.
+``<!-- not run: <reason> -->``. One that trains for more than a few seconds
+is marked ``<!-- slow -->`` there instead and runs with ``-m slow``.
 """
 
 import os
@@ -23,6 +24,7 @@ PAGES = sorted([ROOT / "README.md", *(ROOT / "docs" / "guides").glob("*.md")])
 TIMEOUT = 120
 OPEN = re.compile(r"^([ \t]*)(`{3,}|~{3,})[ \t]*python\b.*$")
 MARKER = re.compile(r"^\s*<!--\s*not run\b:?(.*?)-->\s*$")
+SLOW = re.compile(r"^\s*<!--\s*slow\s*-->\s*$")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class Block:
     line: int                       # the opening fence's, from 1
     code: str
     reason: Optional[str] = None    # why it is not run; None: it runs
+    slow: bool = False              # it runs with the slow tests
 
     @property
     def name(self) -> str:
@@ -51,18 +54,18 @@ def blocks(text: str, page: str = "page.md") -> list[Block]:
         before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         marker = MARKER.match(before)
         code = textwrap.dedent("\n".join(lines[i + 1:end]))
-        found.append(Block(page, i + 1, code, marker.group(1).strip() if marker else None))
+        found.append(Block(page, i + 1, code, marker.group(1).strip() if marker else None, bool(SLOW.match(before))))
         i = end + 1
     return found
 
 
 def stray_markers(text: str) -> list[int]:
-    """Lines of ``not run`` markers that no ```python block follows (a marker that stops nothing)."""
+    """Lines of ``not run`` and ``slow`` markers that no ```python block follows (a marker that does nothing)."""
     lines = text.splitlines()
     marked = {b.line for b in blocks(text)}
     out = []
     for i, line in enumerate(lines):
-        if MARKER.match(line):
+        if MARKER.match(line) or SLOW.match(line):
             after = next((j for j in range(i + 1, len(lines)) if lines[j].strip()), None)
             if after is None or after + 1 not in marked:
                 out.append(i + 1)
@@ -87,7 +90,8 @@ def run(block: Block, folder: Path, timeout: float = TIMEOUT) -> Optional[str]:
 ALL = [b for page in PAGES for b in blocks(page.read_text(), str(page.relative_to(ROOT)))]
 
 
-@pytest.mark.parametrize("block", [b for b in ALL if b.reason is None], ids=lambda b: b.name)
+@pytest.mark.parametrize("block", [pytest.param(b, marks=[pytest.mark.slow] if b.slow else [], id=b.name)
+                                   for b in ALL if b.reason is None])
 def test_block_runs(block, tmp_path):
     start = time.perf_counter()
     failure = run(block, tmp_path)
@@ -100,7 +104,7 @@ def test_a_block_not_run_says_why(page):
     text = page.read_text()
     unexplained = [b.name for b in blocks(text, page.name) if b.reason == ""]
     assert not unexplained, f"give a reason: <!-- not run: <reason> --> before {', '.join(unexplained)}"
-    assert not stray_markers(text), f"{page.name}: a not-run marker with no python block after it, lines " \
+    assert not stray_markers(text), f"{page.name}: a not-run or slow marker with no python block after it, lines " \
                                     f"{stray_markers(text)}"
 
 
@@ -129,15 +133,21 @@ sys.exit("a failing block")
     x = 1
     ```
 
+<!-- slow -->
+```python
+y = 2
+```
+
 <!-- not run: nothing follows -->
 """
 
 
 def test_planted_blocks_are_found_and_a_failing_one_is_caught(tmp_path):
     found = blocks(PLANTED)
-    assert [(b.line, b.reason) for b in found] == [(3, None), (8, "it needs a GPU"), (14, ""), (21, None)]
+    assert [(b.line, b.reason, b.slow) for b in found] == [(3, None, False), (8, "it needs a GPU", False),
+                                                           (14, "", False), (21, None, False), (26, None, True)]
     assert found[3].code == "x = 1"
-    assert stray_markers(PLANTED) == [25]
+    assert stray_markers(PLANTED) == [30]
     assert run(found[0], tmp_path) is None
     assert "a failing block" in run(found[2], tmp_path)
     assert "ran past" in run(Block("page.md", 1, "import time; time.sleep(5)"), tmp_path, timeout=0.5)
