@@ -54,7 +54,7 @@ class DataChecks(EngineFixtures):
     def test_augmented_steps_equal_float64_truth(self, engine, tmp_path):
         dtype, rtol = ("float64", FLOAT64_RTOL) if "float64" in engine.capabilities else ("float32",
                                                                                           CROSS_ENGINE_RTOL)
-        for k in sorted({1, min(2, max(self.counts(engine)))}):
+        for k in self.among(engine, (1, 2)):
             got = self._steps(engine, k, tmp_path / f"engine{k}.npz", dtype)
             want = self._steps(FakeEngine(), k, tmp_path / f"truth{k}.npz", "float64")
             assert_states_close(got, want, rtol=rtol, promise=f"data: 5 steps on crops and flips with --normalize "

@@ -27,6 +27,7 @@ from multidev.errors import MultidevError
 from multidev.rules import optimizers as optim
 from multidev.nn.graph import Graph, NodeSpec
 from multidev.nn.layers import AvgPool2d, MaxPool2d
+from multidev.nn.zoo import ZOO
 from multidev.rules.models import ModelSpec, State
 from multidev.rules.split import Shards, cut
 
@@ -42,6 +43,8 @@ FAULTS = {
     "decoupled-sgd-decay": "decays sgd's weights apart from the gradient (w *= 1 - lr * decay), as AdamW does",
     "maxpool-averages": "builds MaxPool2d as average pooling",
     "shared-sums": "a pending step's sums sit in one buffer that every later step overwrites",
+    "pair-local-sync": "on exactly two devices, a user's definition (no zoo network) asked for sync BatchNorm "
+                       "normalises each shard by its own statistics",
 }
 
 
@@ -79,6 +82,13 @@ class Held:
         return StepStats(float(self.row[0]), int(self.row[1]), self.count)
 
 
+def _batchnorm(setup: Setup, fault: Optional[str]) -> str:
+    """The BatchNorm mode this engine runs (the "pair-local-sync" fault: a two-device path that skips the exchange)."""
+    if fault == "pair-local-sync" and len(setup.devices) == 2 and setup.spec.name not in ZOO:
+        return "local"
+    return setup.batchnorm
+
+
 def _built(spec: ModelSpec, fault: Optional[str]) -> ModelSpec:
     if fault != "maxpool-averages":
         return spec
@@ -93,6 +103,7 @@ class FakeReplicas:
     def __init__(self, setup: Setup, state: State, fault: Optional[str]) -> None:
         self.setup, self.fault = setup, fault
         self.spec = _built(setup.spec, fault)  # the network as this engine builds it
+        self.batchnorm = _batchnorm(setup, fault)
         self.dtype = setup.np_dtype.type  # the reference takes a scalar type
         self.load_state(state)
         self.load_optimizer_state(setup.optimizer.init_state(setup.spec, self.dtype))
@@ -128,13 +139,13 @@ class FakeReplicas:
         spec, state, dtype = self.spec, self.states[0], self.dtype
         if self.fault in ("skip-allreduce", "weigh-1/k"):
             active = batch.active[:1] if self.fault == "skip-allreduce" else batch.active
-            per_shard = [reference.gradients(spec, state, batch.x[i], batch.y[i], None, self.setup.batchnorm, dtype,
+            per_shard = [reference.gradients(spec, state, batch.x[i], batch.y[i], None, self.batchnorm, dtype,
                                              self._masks(batch, [i])) for i in active]
             weights = [batch.sizes[active[0]] / batch.total] if self.fault == "skip-allreduce" else \
                 [1 / len(active)] * len(active)
             return {name: sum(w * g[name] for w, g in zip(weights, per_shard)) for name in spec.trainable()}
         x, y = self._whole(batch)
-        grads = reference.gradients(spec, state, x, y, batch.sizes, self.setup.batchnorm, dtype, self._masks(batch))
+        grads = reference.gradients(spec, state, x, y, batch.sizes, self.batchnorm, dtype, self._masks(batch))
         share = dtype(len(x) / batch.batch)  # a micro-batch's rows over the whole update's
         return grads if share == 1 else {name: g * share for name, g in grads.items()}
 
@@ -153,7 +164,7 @@ class FakeReplicas:
         spec, opt = self.spec, self.setup.optimizer
         # lr 0: the reference's step then only moves the running statistics; the optimizer below moves the weights
         new, loss, correct = reference.train_step(spec, self.states[0], x, y, 0.0, batch.sizes,
-                                                  self.setup.batchnorm, self.dtype, self._masks(batch))
+                                                  self.batchnorm, self.dtype, self._masks(batch))
         grads = self.gradients(batch)
         if self._held is not None:
             grads = {name: self._held[name] + g for name, g in grads.items()}

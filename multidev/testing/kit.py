@@ -77,6 +77,13 @@ class EngineFixtures:
             pytest.skip(f"no device count of {tuple(self.device_counts)} runs on {engine.name}")
         return counts
 
+    def among(self, engine: Backend, wanted: Sequence[int]) -> list[int]:
+        """Those of ``wanted`` the engine runs: skipped, not passed, where it runs none of them."""
+        counts = [k for k in wanted if k in self.counts(engine)]
+        if not counts:
+            pytest.skip(f"none of the device counts {tuple(wanted)} runs on {engine.name}")
+        return counts
+
     def multi(self, engine: Backend) -> list[int]:
         counts = [k for k in self.counts(engine) if k > 1]
         if not counts:

@@ -177,10 +177,14 @@ class LayerChecks(EngineFixtures):
         net = nn.Sequential(nn.Conv2d(4, 3, padding=1), nn.GELU(), nn.Dropout(0.5), nn.MaxPool2d(2), nn.Flatten(),
                             nn.Dropout(0.3), nn.Dense())
         spec = ModelSpec("dropout", IMAGES, 3, net.graph())
+        counts = self.counts(engine)
+        if len(counts) < 2:
+            pytest.skip(f"one device count ({counts[0]}) of {tuple(self.device_counts)} runs on {engine.name}: a "
+                        f"step with Dropout has no other count to be compared with")
         dtype, rtol = self.dtype(engine)
         x, y = batch(spec, 6, seed=4)
         states = []
-        for k in self.counts(engine):
+        for k in counts:
             sizes = shard_sizes(len(x), k)
             reps = self.make(engine, spec, k, dtype=dtype)
             reps.train_step(reps.place(masked(spec, x, y, sizes, dtype)[0]), lr=0.1)
@@ -194,7 +198,7 @@ class LayerChecks(EngineFixtures):
         every engine that holds this holds the others' parameters too."""
         self.require(engine, "float64")
         spec = ModelSpec("readme", (1, 8, 8), 4, readme_definition().graph())
-        for k in sorted({1, max(self.counts(engine))} & {1, 2}):
+        for k in self.among(engine, (1, 2)):
             batchnorm = "sync" if k > 1 and "sync_batchnorm" in engine.capabilities else "local"
             reps, state = self.make(engine, spec, k, batchnorm=batchnorm, dtype="float64"), spec.init(0)
             for step in range(1, 6):
