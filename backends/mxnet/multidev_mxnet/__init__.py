@@ -13,9 +13,10 @@ optimizers as Gluon optimizers, their state in canonical names) and
 ``distributed`` (one process per device: ``launch``, ``join``, ``leave``,
 ``all_sum``).
 
-MXNet's own: ``runtime`` (loading MXNet on first use, and its thread count)
-and ``serve`` (``python -m multidev_mxnet.serve``: the job's scheduler or a
-server of its kvstore).
+MXNet's own: ``runtime`` (loading MXNet on first use, and its thread count),
+``serve`` (``python -m multidev_mxnet.serve``: the job's scheduler or a
+server of its kvstore) and ``cpu`` (whether this CPU's oneDNN computes
+bfloat16, read from its flags without loading MXNet).
 """
 
 from .backend import MXNetBackend

@@ -7,7 +7,10 @@ definition from torch's own layers, under the canonical names), ``batchnorm`` (t
 local or sync), ``parallel`` (the replicas: place, step, AllReduce, state),
 ``optimizers`` (the core's optimizers as ``torch.optim``'s, their state in
 canonical names) and ``distributed`` (one process per device: ``launch``,
-``join``, ``leave``, ``all_sum``). This engine needs no other.
+``join``, ``leave``, ``all_sum``).
+
+torch's own: ``cpu`` (NCHW or NHWC memory on CPU devices, chosen by timing)
+and ``gpu`` (cuDNN's algorithm timing and channels-last memory on a GPU).
 """
 
 from .backend import TorchBackend
