@@ -17,7 +17,7 @@ import multidev
 from multidev import ModelSpec, MultidevError, load_backend, nn, reference, resolve_devices, shard_sizes
 from multidev.rules.dropout import multipliers
 from multidev.rules.split import split
-from multidev.testing._helpers import max_rel_error
+from multidev.testing import max_rel_error
 
 CLASSES, BATCH = 5, 7
 

@@ -12,7 +12,7 @@ import multidev
 from multidev import nn, reference
 from multidev.testing import FLOAT64_RTOL, batch
 from multidev.rules.optimizers import Optimizer
-from multidev.testing._helpers import assert_states_close
+from multidev.testing import assert_states_close
 from multidev_torch import cpu, gpu
 
 
