@@ -11,10 +11,11 @@ from multidev.engines.capabilities import CAPABILITIES
 from multidev.engines.choices import Kept as KeptChoices
 from multidev.engines.choices import cache_home, cpu_tag, pinned_form
 from multidev.engines.cpu import cpu_flags
-from multidev.engines.idioms import MultiProcess, ReplicaStates, labels, predictions
+from multidev.engines.idioms import MultiProcess, ReplicaStates, WaitedSteps, labels, predictions
 from multidev.engines.lockstep import AllGather, combine_moments, run_lockstep
-from multidev.engines.protocol import (Backend, BatchT, MultiProcessBackend, OptimizerState, PendingStats,
-                                       PlansCpuDevices, Replicas, Setup, StepStats, plan_cpu_devices)
+from multidev.engines.protocol import (Accumulates, Backend, BatchT, MultiProcessBackend, OptimizerState,
+                                       PendingStats, PlansCpuDevices, QueuesSteps, Replicas, Setup, StepStats,
+                                       plan_cpu_devices)
 from multidev.errors import MultidevError, PeerLost, first_line
 from multidev.nn.layers import LN_EPS
 from multidev.nn.zoo import Block, resnet18_blocks
@@ -32,9 +33,9 @@ from multidev.rules.precision import DTYPES, PRECISIONS
 from multidev.rules.split import DeviceShard, Placed, Shards
 
 __all__ = [
-    "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "cause", "DTYPES", "Device",
+    "Accumulates", "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "cause", "DTYPES", "Device",
     "DeviceShard", "Helper", "LN_EPS", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Optimizer",
-    "OptimizerState", "PendingStats", "PlansCpuDevices", "PRECISIONS", "HostSum", "Param", "Placed", "ProcessGroup",
+    "OptimizerState", "PendingStats", "PlansCpuDevices", "PRECISIONS", "HostSum", "Param", "Placed", "ProcessGroup", "QueuesSteps",
     "STEP", "plan_cpu_devices",
     "check_state", "slot_name", "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments",
     "resnet18_blocks", "run_lockstep", "running_statistic", "spawn", "statistic_sources", "worker_failed",
@@ -42,7 +43,7 @@ __all__ = [
     "GRACE", "JobStopped", "PeerLost", "Restart", "parse_master", "restart", "restart_count", "will_restart",
     # idioms every engine shares (multidev.engines.idioms; first_line from multidev.errors), and the cores a
     # process may run on and the CPU's feature flags
-    "MultiProcess", "ReplicaStates", "cpu_flags", "first_line", "labels", "predictions", "usable_cores",
+    "MultiProcess", "ReplicaStates", "WaitedSteps", "cpu_flags", "first_line", "labels", "predictions", "usable_cores",
     # forms chosen by timing them on this CPU, kept per CPU kind (multidev.engines.choices)
     "KeptChoices", "cache_home", "cpu_tag", "pinned_form",
 ]

@@ -20,9 +20,9 @@ CAPABILITIES = frozenset({
     "sync_batchnorm_processes",  # batchnorm="sync" whose statistics span the processes of a group
     "float64",          # dtype="float64": the float64 runs that float32 answers are judged against
     "optimizers",       # every Optimizer (momentum, Nesterov, weight decay, adamw) and its state (OptimizerState)
-    "accumulate",       # train_step(..., update=False): gradients of micro-batches added up before one update
+    "accumulate",       # Accumulates.accumulate: gradients of micro-batches added up before one update
     "bf16",             # precision="bf16": compute in bfloat16, parameters and optimizer state in float32
-    "pending_stats",    # train_step(..., pending=True) may return its sums before the step ends (PendingStats)
+    "pending_stats",    # QueuesSteps: steps that return their sums before the step ends (PendingStats)
 })
 
 

@@ -10,7 +10,9 @@ alone:
   ``state()`` copies device 0's arrays alone, not every replica's;
 - :class:`MultiProcess`: ``MultiProcessBackend``'s four members, forwarded to the engine's
   ``distributed`` module, whose ``launch``, ``join``, ``leave`` and ``all_sum`` every engine writes with
-  the same signatures.
+  the same signatures;
+- :class:`WaitedSteps`: ``train_step`` and ``accumulate`` of an engine that queues its steps
+  (``QueuesSteps``), each the queued step read at once.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from multidev.rules.models import State
 from multidev.rules.split import Shards
 
 if TYPE_CHECKING:
-    from multidev.engines.protocol import Setup
+    from multidev.engines.protocol import PendingStats, Setup, StepStats
     from multidev.processes.faults import Restart
     from multidev.processes.group import ProcessGroup
     from multidev.processes.launch import Launch
@@ -88,3 +90,23 @@ class MultiProcess:
 
     def all_sum(self, values: np.ndarray) -> np.ndarray:
         return self.distributed.all_sum(values)
+
+
+class WaitedSteps:
+    """``train_step`` and ``accumulate`` from an engine's ``queue_step`` and ``queue_accumulate``: one body a step.
+
+    An engine that claims ``pending_stats`` writes each step once, returning
+    its sums still on the devices; the waiting forms read them at once.
+    """
+
+    def queue_step(self, batch, lr: float) -> "PendingStats":
+        raise NotImplementedError
+
+    def queue_accumulate(self, batch) -> "PendingStats":
+        raise NotImplementedError
+
+    def train_step(self, batch, lr: float) -> "StepStats":
+        return self.queue_step(batch, lr).result()
+
+    def accumulate(self, batch) -> "StepStats":
+        return self.queue_accumulate(batch).result()

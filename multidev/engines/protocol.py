@@ -12,11 +12,12 @@ docs/writing-a-backend.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Protocol, Sequence, TypeVar, Union, runtime_checkable
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence, TypeVar, runtime_checkable
 
 import numpy as np
 
 from multidev.engines.capabilities import check_claims, needed
+from multidev.engines.legacy import adapted
 from multidev.errors import MultidevError
 from multidev.processes.group import ProcessGroup
 from multidev.rules.batchnorm import check_batchnorm
@@ -45,7 +46,7 @@ class Setup:
     group: ProcessGroup = field(default_factory=ProcessGroup)
     #: the update rule; its learning rate comes with every step
     optimizer: Optimizer = field(default_factory=Optimizer)
-    #: micro-batches per update: train_step(..., update=False) comes accumulate - 1 times before each update
+    #: micro-batches per update: Accumulates.accumulate comes accumulate - 1 times before each train_step
     accumulate: int = 1
     precision: str = "fp32"
     #: on GPUs only, the user's explicit opt-in to TF32 matrix multiplies (off: full float32, as on CPU)
@@ -136,18 +137,13 @@ class Replicas(Protocol[BatchT]):
     def shards(self, batch: BatchT) -> list[np.ndarray]:
         """The images each device holds for ``batch``, back on the host (for checks)."""
 
-    def train_step(self, batch: BatchT, lr: float, *, update: bool = True, pending: bool = False
-                   ) -> Union[StepStats, PendingStats]:
+    def train_step(self, batch: BatchT, lr: float) -> StepStats:
         """Forward and backward on every device, aggregate, and update with ``setup.optimizer`` at rate ``lr``.
 
         Each shard's loss sum is divided by ``batch``'s ``Shards.batch``: the
-        rows of the whole update. With ``update=False`` (engines that claim
-        ``accumulate``) the aggregated gradient is added to what the replicas
-        hold and nothing is updated; the next ``update=True`` step adds its own
-        gradient, updates once with the total, and starts a new sum.
-        With ``pending=True`` (passed only to engines that claim
-        ``pending_stats``) the step may return before its sums reach the host,
-        so that the next step is queued while this one runs.
+        rows of the whole update. Where micro-batches were accumulated since
+        the last update (:class:`Accumulates`), their gradients are added to
+        this batch's before the one update, and the sum starts again.
         """
 
     def gradients(self, batch: BatchT) -> State:
@@ -167,6 +163,35 @@ class Replicas(Protocol[BatchT]):
 
     def load_state(self, state: State) -> None:
         """Copy canonical arrays onto every device."""
+
+
+@runtime_checkable
+class Accumulates(Protocol[BatchT]):
+    """What replicas of an engine that claims ``accumulate`` add: a micro-batch's gradient kept, no update.
+
+    ``accumulate`` comes ``setup.accumulate - 1`` times before each
+    ``train_step``, which adds its own gradient and updates once with the
+    total (contract: Gradient accumulation).
+    """
+
+    def accumulate(self, batch: BatchT) -> StepStats:
+        """Add the aggregated gradient of ``batch`` to what the replicas hold; the sums of its rows."""
+
+
+@runtime_checkable
+class QueuesSteps(Protocol[BatchT]):
+    """What replicas of an engine that claims ``pending_stats`` add: steps whose sums are read later.
+
+    The same steps as ``train_step`` and ``accumulate``, returning before
+    their sums reach the host, so that the next step is queued while this
+    one runs (contract: Input pipeline).
+    """
+
+    def queue_step(self, batch: BatchT, lr: float) -> PendingStats:
+        """``train_step``, its sums still on the devices."""
+
+    def queue_accumulate(self, batch: BatchT) -> PendingStats:
+        """``accumulate``, its sums still on the devices."""
 
 
 @runtime_checkable
@@ -244,6 +269,10 @@ def plan_cpu_devices(engine: Backend, count: int) -> None:
 
 
 def replicate(engine: Backend, setup: Setup, state: State) -> Replicas:
-    """The core's way to build replicas: the setup checked against what the engine claims."""
+    """The core's way to build replicas: the setup checked against what the engine claims.
+
+    Replicas written to the protocol before ``train_step`` was split in two
+    (``update=`` and ``pending=`` flags) are adapted, with a warning, for one release.
+    """
     check_claims(engine, setup.needs())
-    return engine.replicate(setup, state)
+    return adapted(engine.replicate(setup, state))

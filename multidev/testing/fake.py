@@ -21,6 +21,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from multidev import reference
+from multidev.engines.idioms import WaitedSteps
 from multidev.engines.protocol import Setup, StepStats
 from multidev.engines.registry import GROUP
 from multidev.errors import MultidevError
@@ -97,7 +98,7 @@ def _built(spec: ModelSpec, fault: Optional[str]) -> ModelSpec:
     return ModelSpec(spec.name, spec.in_shape, spec.num_classes, Graph(nodes))
 
 
-class FakeReplicas:
+class FakeReplicas(WaitedSteps):
     compile_seconds = 0.0
 
     def __init__(self, setup: Setup, state: State, fault: Optional[str]) -> None:
@@ -149,15 +150,20 @@ class FakeReplicas:
         share = dtype(len(x) / batch.batch)  # a micro-batch's rows over the whole update's
         return grads if share == 1 else {name: g * share for name, g in grads.items()}
 
-    def train_step(self, batch: Shards, lr: float, *, update: bool = True, pending: bool = False
-                   ) -> StepStats | Held:
-        with np.errstate(all="ignore"):  # a diverging run is the core's to stop, without NumPy's warnings
-            stats = self._train_step(batch, lr, update)
-        if not pending:
-            return stats
+    def queue_step(self, batch: Shards, lr: float) -> Held:
+        return self._held_sums(self._step(batch, lr, update=True))
+
+    def queue_accumulate(self, batch: Shards) -> Held:
+        return self._held_sums(self._step(batch, 0.0, update=False))
+
+    def _held_sums(self, stats: StepStats) -> Held:
         row = self._sums if self.fault == "shared-sums" else np.zeros(2)
         row[:] = stats.loss_sum, stats.correct
         return Held(row, stats.count)
+
+    def _step(self, batch: Shards, lr: float, update: bool) -> StepStats:
+        with np.errstate(all="ignore"):  # a diverging run is the core's to stop, without NumPy's warnings
+            return self._train_step(batch, lr, update)
 
     def _train_step(self, batch: Shards, lr: float, update: bool) -> StepStats:
         x, y = self._whole(batch)

@@ -23,7 +23,7 @@ class PendingChecks(EngineFixtures):
         late, waited = (self.make(engine, LENET, k, seed=3) for _ in range(2))
         batches = [batch(LENET, 12, seed=20 + step) for step in range(3)]
         placed = [(x, y, shard_sizes(12, k)) for x, y in batches]
-        held = [late.train_step(late.place(cut(x, y, sizes)), lr=0.2, pending=True) for x, y, sizes in placed]
+        held = [late.queue_step(late.place(cut(x, y, sizes)), lr=0.2) for x, y, sizes in placed]
         got = [h.result() for h in held]  # read once every step has been queued
         want = [waited.train_step(waited.place(cut(x, y, sizes)), lr=0.2) for x, y, sizes in placed]
         for step, (g, w) in enumerate(zip(got, want), start=1):

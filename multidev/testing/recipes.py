@@ -137,7 +137,8 @@ class RecipeChecks(EngineFixtures):
             parts = [(0, 4), (4, 8), (8, 11)]
             for j, (a, b) in enumerate(parts):
                 shards = replace(cut(x[a:b], y[a:b], shard_sizes(b - a, k)), whole=len(x))
-                reps.train_step(reps.place(shards), lr=lr, update=j == len(parts) - 1)
+                placed = reps.place(shards)
+                reps.train_step(placed, lr=lr) if j == len(parts) - 1 else reps.accumulate(placed)
         assert_states_close(reps.state(), whole.state(), rtol=SAME_ENGINE_RTOL,
                             promise=f"accumulate: micro-batches 4+4+3 on {k} device(s) do not give the update of "
                                     f"their 11 rows as one batch")

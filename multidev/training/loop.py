@@ -126,7 +126,8 @@ def train_epoch(replicas: Replicas, epoch: Epoch, *, start: Optional[Position] =
     at, total = start or Position(epoch.number), epoch.steps()
     compiled_before, clock = replicas.compile_seconds, time.perf_counter()
     ledger = Ledger(at, job, late=pending and s.late_sums and job.group.size == 1)
-    ask = {"pending": True} if ledger.late else {}
+    update, add = (replicas.queue_step, replicas.queue_accumulate) if ledger.late else \
+        (replicas.train_step, getattr(replicas, "accumulate", None))
 
     def position() -> Position:
         return replace(ledger.settle(), seconds=at.seconds + time.perf_counter() - clock
@@ -139,7 +140,7 @@ def train_epoch(replicas: Replicas, epoch: Epoch, *, start: Optional[Position] =
     micro: list = []
     with _progress(s.progress, total, at.step, epoch.number) as bar:
         for step, last, placed in ahead(place, epoch.micro_batches(at.step), depth=1 if s.prefetch else 0):
-            micro.append(replicas.train_step(placed, epoch.rate(step), update=last, **ask))
+            micro.append(update(placed, epoch.rate(step)) if last else add(placed))
             if not last:
                 continue
             stopping = ledger.add(step, micro, bool(stop))

@@ -44,12 +44,17 @@ class Signalling(Delegate):
 
 
 class SignallingReplicas(Delegate):
-    def train_step(self, batch, lr, **kwargs):
-        stats = self._inner.train_step(batch, lr, **kwargs)
+    def _after(self, stats):
         STEPS[0] += 1
         for signum in PLAN.get(STEPS[0], []):
             os.kill(os.getpid(), signum)
         return stats
+
+    def train_step(self, batch, lr):
+        return self._after(self._inner.train_step(batch, lr))
+
+    def queue_step(self, batch, lr):
+        return self._after(self._inner.queue_step(batch, lr))
 
 
 def fake():

@@ -69,14 +69,18 @@ class Noting:
     def __getattr__(self, name):
         return getattr(self._inner, name)
 
-    def train_step(self, batch, lr, **kwargs):
-        out = self._inner.train_step(batch, lr, **kwargs)
+    def _queued(self):
         step = sum(e[0] == "queued" for e in self._events) + 1
         self._events.append(("queued", step))
-        if not kwargs.get("pending"):
-            self._events.append(("read", step))
-            return out
-        events = self._events
+        return step
+
+    def train_step(self, batch, lr):
+        out = self._inner.train_step(batch, lr)
+        self._events.append(("read", self._queued()))
+        return out
+
+    def queue_step(self, batch, lr):
+        out, step, events = self._inner.queue_step(batch, lr), self._queued(), self._events
 
         class Read:
             def result(self):

@@ -137,11 +137,11 @@ def test_the_bars_clock_runs_while_a_long_first_step_does(capsys):
     from multidev.testing.fake import FakeReplicas
 
     class SlowFirst(FakeReplicas):
-        def train_step(self, batch, lr, **kwargs):
+        def queue_step(self, batch, lr):
             if not getattr(self, "warm", False):
                 self.warm = True
                 time.sleep(2.6)
-            return super().train_step(batch, lr, **kwargs)
+            return super().queue_step(batch, lr)
 
     class Engine(FakeEngine):
         def replicate(self, setup, state):

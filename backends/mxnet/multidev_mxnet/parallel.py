@@ -39,6 +39,7 @@ from typing import Optional
 import numpy as np
 
 from multidev.engine import (DeviceShard, MultidevError, Placed, ReplicaStates, Setup, Shards, State, StepStats,
+                             WaitedSteps,
                              check_state, first_line, labels, predictions, run_lockstep, statistic_sources)
 
 from . import distributed, optimizers
@@ -87,7 +88,7 @@ class ShardOutput:
     loss: mx.nd.NDArray    # ce_sum / B: this shard's share of the mean loss
 
 
-class MXNetReplicas(ReplicaStates):
+class MXNetReplicas(WaitedSteps, ReplicaStates):
     def __init__(self, setup: Setup, state: State) -> None:
         self.setup, self.spec, self.sync, self.dtype = setup, setup.spec, setup.sync, setup.np_dtype
         spec = self.spec
@@ -286,23 +287,26 @@ class MXNetReplicas(ReplicaStates):
                 copy.copyto(arr)
 
     # Protocol --------------------------------------------------------------
-    def train_step(self, batch: Batch, lr: float, *, update: bool = True, pending: bool = False
-                   ) -> StepStats | Sums:
-        if not (update or self._adding):
-            raise MultidevError("train_step(update=False) adds micro-batches up: build the replicas with "
-                                "Setup(accumulate=N), N > 1")
+    def queue_step(self, batch: Batch, lr: float) -> Sums:
         stats, _ = self._backward(batch)  # each context holds its gradient (added to earlier micro-batches)
-        if update:
-            self.trainer.set_learning_rate(lr)
-            if self.dist:
-                self._allreduce_processes()
-                self.trainer.update(1)  # the losses are already divided by B
-            else:
-                self.trainer.step(1)
-            self._zero_grads()
-        self._holding = not update
+        self.trainer.set_learning_rate(lr)
+        if self.dist:
+            self._allreduce_processes()
+            self.trainer.update(1)  # the losses are already divided by B
+        else:
+            self.trainer.step(1)
+        self._zero_grads()
+        self._holding = False
         self._sync_statistics(batch)
-        return stats if pending else stats.result()
+        return stats
+
+    def queue_accumulate(self, batch: Batch) -> Sums:
+        if not self._adding:
+            raise MultidevError("accumulate adds micro-batches up: build the replicas with Setup(accumulate=N), N > 1")
+        stats, _ = self._backward(batch)
+        self._holding = True
+        self._sync_statistics(batch)
+        return stats
 
     def gradients(self, batch: Batch) -> State:
         saved = self._snapshot()  # MXNet's BatchNorm updates running statistics in backward

@@ -167,7 +167,8 @@ def _steps(reps, parts, x, y, k: int) -> None:
     """One update of the rows of ``x`` as micro-batches ``parts`` (row ranges) over ``k`` devices."""
     for j, (a, b) in enumerate(parts):
         shards = dataclasses.replace(multidev.cut(x[a:b], y[a:b], shard_sizes(b - a, k)), whole=len(x))
-        reps.train_step(reps.place(shards), lr=0.1, update=j == len(parts) - 1)
+        placed = reps.place(shards)
+        reps.train_step(placed, lr=0.1) if j == len(parts) - 1 else reps.accumulate(placed)
 
 
 def _step_of(reps, spec) -> np.ndarray:
@@ -216,11 +217,11 @@ def test_load_state_keeps_the_optimizer_state(engine):
     assert_states_equal([reps.optimizer_state(), before], promise="load_state lost the optimizer's state")
 
 
-def test_update_false_needs_accumulate(engine):
+def test_accumulating_needs_setup_accumulate(engine):
     reps = multidev.replicate(engine, multidev.Setup(LENET, resolve_devices(devices=1)), LENET.init(0))
     x, y = batch(LENET, 2)
     with pytest.raises(multidev.MultidevError, match="accumulate"):
-        reps.train_step(reps.place(multidev.cut(x, y, [2])), lr=0.1, update=False)
+        reps.accumulate(reps.place(multidev.cut(x, y, [2])))
 
 def test_devices_are_mxnet_contexts(engine):
     reps = multidev.replicate(engine, multidev.Setup(LENET, resolve_devices(devices=["cpu:0", "cpu:2"])), LENET.init(0))

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from multidev.engine import (AllGather, DeviceShard, HostSum, MultidevError, Placed, ReplicaStates, Setup, Shards,
+                             WaitedSteps,
                              State, StepStats, labels, predictions, run_lockstep, statistic_sources)
 
 from . import cpu, gpu, optimizers
@@ -69,7 +70,7 @@ def _tensor(array: np.ndarray, place: torch.device, dtype: Optional[torch.dtype]
     return torch.from_numpy(np.ascontiguousarray(array)).to(place, dtype)
 
 
-class TorchReplicas(ReplicaStates):
+class TorchReplicas(WaitedSteps, ReplicaStates):
     compile_seconds = 0.0
 
     def __init__(self, setup: Setup, state: State) -> None:
@@ -274,19 +275,23 @@ class TorchReplicas(ReplicaStates):
                     bn.update_stats = True
 
     # Protocol --------------------------------------------------------------
-    def train_step(self, batch: Batch, lr: float, *, update: bool = True, pending: bool = False
-                   ) -> StepStats | Sums:
+    def queue_step(self, batch: Batch, lr: float) -> Sums:
         stats = self._backward(batch)
         with torch.no_grad():
-            if update:
-                self._reduce()
-                for opt in self.optimizers:
-                    for group in opt.param_groups:
-                        group["lr"] = lr
-                    opt.step()
-                self._updates += 1
+            self._reduce()
+            for opt in self.optimizers:
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                opt.step()
+            self._updates += 1
+            self._sync_statistics(batch)
+        return stats
+
+    def queue_accumulate(self, batch: Batch) -> Sums:
+        stats = self._backward(batch)  # added to the gradients the replicas hold
+        with torch.no_grad():
             self._sync_statistics(batch)  # running statistics move with every micro-batch
-        return stats if pending else stats.result()
+        return stats
 
     def gradients(self, batch: Batch) -> State:
         self._holding = False  # a gradient of this batch alone

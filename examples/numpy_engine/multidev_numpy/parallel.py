@@ -9,9 +9,9 @@ The shape is every engine's (``backends/*/multidev_*/parallel.py``):
 ``place`` returns the placed shards as a ``Placed`` list that keeps the
 core's cut (``batch.host``), each shard's loss sum is divided by
 ``batch.host.batch`` (B, the rows of the whole update), and
-``train_step(batch, lr, update=False)`` adds the aggregated gradient of a
-micro-batch to what the replicas hold, which the next ``update=True`` step
-applies (contract: Gradient accumulation).
+``accumulate(batch)`` adds the aggregated gradient of a micro-batch to what
+the replicas hold, which the next ``train_step`` adds to its own and applies
+(contract: Gradient accumulation).
 """
 
 from __future__ import annotations
@@ -75,17 +75,20 @@ class NumpyReplicas(ReplicaStates):
                 replica[name] = value.copy()
 
     # Protocol --------------------------------------------------------------
-    def train_step(self, batch: Batch, lr: float, *, update: bool = True) -> StepStats:
-        stats, active, grads = self._backward(batch, update_stats=True)
-        if active:  # add this micro-batch's gradient to what the replicas hold
-            self._held = grads if self._held is None else {n: self._held[n] + g for n, g in grads.items()}
-        if update and self._held is not None:  # plain SGD with the sum; the next update starts afresh
+    def train_step(self, batch: Batch, lr: float) -> StepStats:
+        stats = self.accumulate(batch)
+        if self._held is not None:  # plain SGD with the sum; the next update starts afresh
             for name, g in self._held.items():
                 step = self.dtype.type(lr) * g  # computed once: every replica subtracts the same array
                 for replica in self.replicas:
                     replica[name] = replica[name] - step
             self._held = None
-        if active:  # running statistics move with every micro-batch
+        return stats
+
+    def accumulate(self, batch: Batch) -> StepStats:
+        stats, active, grads = self._backward(batch, update_stats=True)
+        if active:  # add this micro-batch's gradient to what the replicas hold; running statistics move with it
+            self._held = grads if self._held is None else {n: self._held[n] + g for n, g in grads.items()}
             self._sync_statistics(active)
         return stats
 
