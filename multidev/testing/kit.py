@@ -104,13 +104,19 @@ class EngineFixtures:
         if capability not in engine.capabilities:
             pytest.skip(f"{engine.name} does not claim {capability}")
 
+    def replicas(self, engine: Backend, spec: ModelSpec, k: int, batchnorm: str = "local", seed: int = 0,
+                 state=None, dtype: str = "float32", **recipe) -> Replicas:
+        """Replicas on k devices, or the engine's MultidevError where it declines the combination."""
+        devices = resolve_devices(devices=k, gpu_count=engine.gpu_count(), max_cpu=engine.max_cpu_devices())
+        return replicate(engine, Setup(spec, tuple(devices), batchnorm, dtype, **recipe),
+                         spec.init(seed) if state is None else state)
+
     def make(self, engine: Backend, spec: ModelSpec, k: int, batchnorm: str = "local", seed: int = 0,
              state=None, dtype: str = "float32", **recipe) -> Replicas:
-        """Replicas on k devices; ``recipe``: Setup's optimizer, accumulate and precision."""
-        devices = resolve_devices(devices=k, gpu_count=engine.gpu_count(), max_cpu=engine.max_cpu_devices())
+        """Replicas on k devices; ``recipe``: Setup's optimizer, accumulate and precision. Skipped where the engine
+        declines a dtype other than float32 there."""
         try:
-            return replicate(engine, Setup(spec, tuple(devices), batchnorm, dtype, **recipe),
-                             spec.init(seed) if state is None else state)
+            return self.replicas(engine, spec, k, batchnorm, seed, state, dtype, **recipe)
         except MultidevError as exc:
             if dtype == "float32":
                 raise

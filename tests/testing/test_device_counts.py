@@ -4,20 +4,32 @@ from __future__ import annotations
 
 import pytest
 
+from multidev.errors import MultidevError
 from multidev.testing import FakeEngine, LayerChecks
 
 
 class Recording(FakeEngine):
-    """The fake engine, remembering the device count of every set of replicas it made."""
+    """The fake engine, remembering the device count and BatchNorm mode of every set of replicas it made."""
 
     def __init__(self, fault: str | None = None, *, one_device: bool = False) -> None:
         super().__init__(fault)
         self.runs: list[int] = []
+        self.modes: list[str] = []
         if one_device:  # an engine with one device: the kit offers it no other count
             self.capabilities = self.capabilities - {"virtual_cpu"}
 
     def replicate(self, setup, state):
         self.runs.append(len(setup.devices))
+        self.modes.append(setup.batchnorm)
+        return super().replicate(setup, state)
+
+
+class DecliningSync(Recording):
+    """An engine that runs float64 with sync BatchNorm on one device only (as MXNet does)."""
+
+    def replicate(self, setup, state):
+        if setup.batchnorm == "sync" and setup.dtype == "float64" and len(setup.devices) > 1:
+            raise MultidevError("float64 with sync BatchNorm on one device only: use --batchnorm local")
         return super().replicate(setup, state)
 
 
@@ -32,7 +44,13 @@ class NoOneOrTwo(LayerChecks):
 def test_five_float64_steps_run_on_one_device_and_on_two():
     engine = Recording()
     LayerChecks().test_five_float64_steps_of_a_definition_equal_the_truth(engine)
-    assert engine.runs == [1, 2]
+    assert (engine.runs, engine.modes) == ([1, 2], ["local", "sync"])
+
+
+def test_five_float64_steps_run_two_devices_with_local_batchnorm_where_sync_is_declined():
+    engine = DecliningSync()
+    LayerChecks().test_five_float64_steps_of_a_definition_equal_the_truth(engine)
+    assert (engine.runs, engine.modes) == ([1, 2], ["local", "local"])
 
 
 def test_five_float64_steps_catch_an_engine_wrong_on_two_devices_only():
