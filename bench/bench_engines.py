@@ -1,50 +1,49 @@
 """Every engine through multidev: throughput, k devices against one, share of peak, first step.
 
-Each (engine, device count) runs in its own process, ``--rounds`` times,
-the device counts alternating, so that load on a shared machine falls on
-every row alike; each run times ``--repeats`` windows of ``--steps`` steps
-and keeps their median, and the table keeps the median run. A worker sets
-its threads as the ``multidev`` command does and reports the engine's
-settings, so a row shows what it ran under. Printed as a Markdown table with
-the date and machine, for the README.
+Each (engine, device count) runs in its own process (``bench.harness.fresh``),
+``--rounds`` times, the device counts alternating, so that load on a shared
+machine falls on every row alike; each run times ``--repeats`` windows of
+``--steps`` steps and keeps their median, and the table keeps the median run.
+Threads are set as the ``multidev`` command sets them, and each row says the
+engine's version and threads. The first step's seconds count the process's
+imports and compilation; the first round compiles cold (a compilation cache of
+this run's own), later rounds load from it ("cached first step s"). The peak
+is the larger of the best matrix product numpy, torch and JAX measure here and
+the vector units' own (fp32 lanes x 2 FMA units x 2 x cores x the clock
+/proc/cpuinfo gives), both stated in the notes.
 
-    python bench/bench_engines.py --backends torch,jax,mxnet --devices 1,2
+    python -m bench.bench_engines --backends torch,jax,mxnet --devices 1,2
 """
 
 from __future__ import annotations
 
-import time
+import shutil
+import statistics
+import tempfile
+from functools import partial
+from typing import Any
 
-_T0 = time.perf_counter()  # before any framework is imported: "time to first step" counts imports
+import numpy as np
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-from datetime import date  # noqa: E402
-from pathlib import Path  # noqa: E402
+from bench import harness
+from bench.harness.flops import peak, training_flops
 
-sys.path.insert(0, str(Path(__file__).parent))
+SMOKE = {"backends": "torch,jax,mxnet", "devices": "1", "model": "mlp", "size": 8, "batch": 8, "steps": 1,
+         "repeats": 1, "rounds": 1, "peak_size": 256}
 
 
-def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, repeats: int) -> dict:
-    import statistics
-
-    import numpy as np
-    from timing import samples_per_sec
+def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, repeats: int) -> dict[str, Any]:
+    """One engine on ``k`` devices in this (fresh) process: its first step's seconds since the process started,
+    then the median samples/s of ``repeats`` windows."""
+    harness.as_the_command()  # before any framework loads (a parent's setting stands)
+    import os
 
     import multidev
-    from multidev.processes.threads import apply_threads
-
-    apply_threads()  # as `multidev train` does, before any framework loads (a parent's setting stands)
+    from multidev.engine import plan_cpu_devices
+    from multidev.engines.registry import engine_version
 
     spec = multidev.ModelSpec(model, (1, size, size), 10)
     engine = multidev.load_backend(backend)
-    from multidev.engine import plan_cpu_devices
     plan_cpu_devices(engine, k)  # as a run tells it, before its first other call
     devices = multidev.resolve_devices(devices=k, gpu_count=engine.gpu_count(), max_cpu=engine.max_cpu_devices())
     reps = multidev.replicate(engine, multidev.Setup(spec, devices), spec.init(0))
@@ -52,94 +51,97 @@ def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, 
     x = rng.normal(size=(batch, *spec.in_shape)).astype(np.float32)
     y = rng.integers(0, 10, batch)
     sizes = multidev.shard_sizes(batch, k)
-    step = lambda: reps.train_step(reps.place(multidev.cut(x, y, sizes)), lr=0.05)  # noqa: E731
+    step = lambda: reps.train_step(reps.place(multidev.cut(x, y, sizes)), 0.05)  # noqa: E731
     step()
-    first = time.perf_counter() - _T0
+    first = harness.since_start()
     step()
-    rate = statistics.median(samples_per_sec(step, batch, steps) for _ in range(repeats))
+    rate = statistics.median(harness.samples_per_sec(step, batch, steps) for _ in range(repeats))
     return {"first_step_s": first, "samples_per_sec": rate, "compile_s": reps.compile_seconds,
-            "compile_cached": getattr(reps, "compile_cached", 0),
-            "version": multidev.engines.registry.engine_version(engine),
-            "settings": engine.settings(), "threads": os.environ.get("OMP_NUM_THREADS", "")}
+            "compile_cached": getattr(reps, "compile_cached", 0), "version": engine_version(engine),
+            "threads": os.environ.get("OMP_NUM_THREADS", "")}
+
+
+def parse():
+    p = harness.parser(__doc__)
+    p.add_argument("--backends", default="torch")
+    p.add_argument("--devices", default="1,2")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--size", type=int, default=28)
+    p.add_argument("--model", default="resnet18", choices=("resnet18", "lenet", "mlp"))
+    p.add_argument("--steps", type=int, default=4, help="steps per timed window")
+    p.add_argument("--repeats", type=int, default=3, help="timed windows per run (their median counts)")
+    p.add_argument("--rounds", type=int, default=1, help="runs per row, device counts alternating (median)")
+    p.add_argument("--peak-size", type=int, default=2048, help="the matrix product's n that measures the peak")
+    return harness.parse(p, SMOKE)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backends", default="torch")
-    parser.add_argument("--devices", default="1,2")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--size", type=int, default=28)
-    parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--steps", type=int, default=4, help="steps per timed window")
-    parser.add_argument("--repeats", type=int, default=3, help="timed windows per run (their median counts)")
-    parser.add_argument("--rounds", type=int, default=1, help="runs per row, device counts alternating (median)")
-    parser.add_argument("--json", help="also write the rows here")
-    parser.add_argument("--worker", nargs=2, metavar=("BACKEND", "K"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        print(json.dumps(worker(args.worker[0], int(args.worker[1]), args.batch, args.size, args.model, args.steps,
-                                args.repeats)))
-        return
-
-    from flops import peak, training_flops
-    from timing import table
-
+    args = parse()
+    harness.as_the_command()  # as the multidev command does: the workers inherit every usable core
     import multidev
-    from multidev.processes.threads import apply_threads
-
-    apply_threads()  # as the multidev command does: the workers inherit every usable core
 
     spec = multidev.ModelSpec(args.model, (1, args.size, args.size), 10)
     counts = [int(v) for v in args.devices.split(",")]
-    runs: dict[tuple[str, int], list[dict]] = {}
-    # a compilation cache of this benchmark's own: each row's first run compiles cold, later rounds load it
-    cache = tempfile.mkdtemp(prefix="bench-compile-cache-")
-    env = {**os.environ, "MULTIDEV_COMPILE_CACHE": cache}
-    for backend in args.backends.split(","):
-        for _ in range(args.rounds):
-            for k in counts:
-                cmd = [sys.executable, __file__, "--worker", backend, str(k), "--batch", str(args.batch),
-                       "--size", str(args.size), "--model", args.model, "--steps", str(args.steps),
-                       "--repeats", str(args.repeats)]
-                proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                warnings = [ln for ln in proc.stderr.splitlines() if "warning" in ln.lower()]
-                for line in warnings[:3]:  # what the worker ran under, even when it succeeded
-                    print(f"{backend} x{k}: {line}", file=sys.stderr)
-                if proc.returncode != 0:
-                    print(f"{backend} x{k} failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
-                    continue
-                runs.setdefault((backend, k), []).append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    shutil.rmtree(cache, ignore_errors=True)
-    top, source = peak(len(os.sched_getaffinity(0)))  # after the workers: none holds a framework meanwhile
-    rows = []
+    work = training_flops(spec)
+    report = harness.report(__file__, args, f"{args.model} {args.size}x{args.size}, batch {args.batch}, fp32; "
+                            f"median of {args.rounds} run(s) of {args.repeats} x {args.steps} steps; "
+                            f"{work / 1e9:.3f} GFLOP per training sample")
+    runs = time_all(args, counts)
+    top, source = peak(harness.machine.usable_cores(), args.peak_size)  # no worker holds a framework meanwhile
+    report.note(f"peak {top:.0f} GFLOP/s, the larger of {source}")
     for backend in args.backends.split(","):
         one = None
         for k in counts:
             done = sorted(runs.get((backend, k), []), key=lambda r: r["samples_per_sec"])
-            if not done:
-                rows.append({"engine": backend, "devices": k, "samples/s": "failed", "vs 1 device": "",
-                             "% of fp32 peak": "", "first step s": "", "cached first step s": "", "compile s": "",
-                             "threads": ""})
-                continue
-            got = done[len(done) // 2]
-            cold = [r["first_step_s"] for r in done if not r["compile_cached"]]
-            compiled = [r["compile_s"] for r in done if not r["compile_cached"]]  # a cached run's is mostly tracing
-            warm = [r["first_step_s"] for r in done if r["compile_cached"]]
-            one = got["samples_per_sec"] if k == 1 else one
-            rows.append({"engine": backend, "devices": k, "samples/s": got["samples_per_sec"],
-                         "vs 1 device": got["samples_per_sec"] / one if one else "",
-                         "% of fp32 peak": 100 * got["samples_per_sec"] * training_flops(spec) / 1e9 / top,
-                         "first step s": min(cold) if cold else got["first_step_s"],
-                         "cached first step s": min(warm) if warm else "",
-                         "compile s": min(compiled) if compiled else got["compile_s"],
-                         "threads": got["threads"]})
-    print(f"# {args.model} {args.size}x{args.size}, batch {args.batch}, fp32; {platform.machine()}, "
-          f"{os.cpu_count()} cores; peak {top:.0f} GFLOP/s, the larger of {source}; "
-          f"{training_flops(spec) / 1e9:.3f} GFLOP per training sample; median of {args.rounds} run(s) of "
-          f"{args.repeats} x {args.steps} steps; {date.today()}")
-    print(table(rows))
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+            row, one = summary(backend, k, done, one, work, top)
+            report.add(row)
+    report.save()
+
+
+def time_all(args, counts: list[int]) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """Every (engine, device count)'s runs, the counts alternating within each round."""
+    cache = tempfile.mkdtemp(prefix="bench-compile-cache-")  # the first round compiles cold, later ones load
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    try:
+        for backend in args.backends.split(","):
+            contenders = {k: partial(harness.fresh, worker, env={"MULTIDEV_COMPILE_CACHE": cache},
+                                     label=f"{backend} x{k}", backend=backend, k=k, batch=args.batch,
+                                     size=args.size, model=args.model, steps=args.steps, repeats=args.repeats)
+                          for k in counts}
+            for k, got in harness.rounds({k: failing_soft(run) for k, run in contenders.items()},
+                                         args.rounds).items():
+                runs[(backend, k)] = [r for r in got if r is not None]
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    return runs
+
+
+def failing_soft(run):
+    """``run``, a failure printed and counted as no run (the other rows go on)."""
+    def attempt():
+        try:
+            return run()
+        except harness.ChildFailed as failed:
+            print(failed, flush=True)
+            return None
+    return attempt
+
+
+def summary(backend: str, k: int, done: list[dict[str, Any]], one, work: float, top: float):
+    """(the row for ``k`` devices from its runs sorted by speed, one device's samples/s for the next rows)."""
+    if not done:
+        return {"engine": backend, "devices": k, "samples/s": "failed"}, one
+    got = done[len(done) // 2]
+    cold = [r for r in done if not r["compile_cached"]]
+    warm = [r["first_step_s"] for r in done if r["compile_cached"]]
+    one = got["samples_per_sec"] if k == 1 else one
+    return {"engine": backend, "devices": k, "samples/s": got["samples_per_sec"],
+            "vs 1 device": got["samples_per_sec"] / one if one else None,
+            "% of fp32 peak": 100 * got["samples_per_sec"] * work / 1e9 / top,
+            "first step s": min(r["first_step_s"] for r in cold) if cold else got["first_step_s"],
+            "cached first step s": min(warm) if warm else None,
+            "compile s": min(r["compile_s"] for r in cold) if cold else got["compile_s"],  # a cached one's: tracing
+            "threads": got["threads"], "version": got["version"]}, one
 
 
 if __name__ == "__main__":

@@ -9,32 +9,27 @@ context, shards sliced by hand (no ``split_and_load``), one loss per shard,
 are printed; timings alternate between the two in rounds, and the median round
 is kept, so load from other processes hits both alike.
 
-    python bench/bench_mxnet.py                      # ~2 minutes on 2 CPU cores
-    python bench/bench_mxnet.py --size 32 --batch 256 --steps 10 --rounds 5 --devices 1,2,4
-    python bench/bench_mxnet.py --gpus 2             # gpu(0), gpu(1) where they exist
+    python -m bench.bench_mxnet                      # ~2 minutes on 2 CPU cores
+    python -m bench.bench_mxnet --size 32 --batch 256 --steps 10 --rounds 5 --devices 1,2,4
+    python -m bench.bench_mxnet --gpus 2             # gpu(0), gpu(1) where they exist
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
 from typing import Callable
 
 import numpy as np
 
-import multidev
-from multidev.processes.threads import apply_threads
-from multidev.rules.devices import resolve_devices
-from multidev.rules.models import ModelSpec
+from bench import harness
+from bench.frameworks import load_mxnet
 
-apply_threads()  # as the multidev command does: every usable core, before MXNet loads, for both sides
+harness.as_the_command()  # as the multidev command does: every usable core, before MXNet loads, for both sides
+import multidev  # noqa: E402
+
 ENGINE = multidev.load_backend("mxnet")
-from multidev_mxnet.runtime import mxnet  # noqa: E402
-
-mx = mxnet()
-
+mx = load_mxnet()
 nn, gluon, autograd, nd = mx.gluon.nn, mx.gluon, mx.autograd, mx.nd
+SMOKE = {"model": "mlp", "size": 8, "batch": 4, "steps": 1, "warmup": 1, "rounds": 1, "devices": "1,2"}
 
 
 # The hand-written side: the book's ResNet-18 (d2l "Residual" and "resnet_block"), in plain Gluon.
@@ -69,8 +64,15 @@ def resnet18(num_classes: int) -> nn.HybridSequential:
     return net
 
 
-def hand_written(contexts: list, x: np.ndarray, y: np.ndarray, lr: float) -> Callable[[], float]:
-    net = resnet18(10)
+def mlp(num_classes: int) -> nn.HybridSequential:
+    """multidev's ``mlp`` (a smoke run's): two hidden layers of 256 (Gluon's Dense flattens the image)."""
+    net = nn.HybridSequential()
+    net.add(nn.Dense(256, activation="relu"), nn.Dense(256, activation="relu"), nn.Dense(num_classes))
+    return net
+
+
+def hand_written(model: str, contexts: list, x: np.ndarray, y: np.ndarray, lr: float) -> Callable[[], float]:
+    net = resnet18(10) if model == "resnet18" else mlp(10)
     net.initialize(mx.init.Xavier(), ctx=contexts)
     net.hybridize(static_alloc=True)
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": lr}, kvstore="device")
@@ -90,54 +92,47 @@ def hand_written(contexts: list, x: np.ndarray, y: np.ndarray, lr: float) -> Cal
     return step
 
 
-def engine(devices: list, x: np.ndarray, y: np.ndarray, lr: float) -> Callable[[], float]:
-    spec = ModelSpec("resnet18", x.shape[1:], 10)
+def engine(model: str, devices: list, x: np.ndarray, y: np.ndarray, lr: float) -> Callable[[], float]:
+    spec = multidev.ModelSpec(model, x.shape[1:], 10)
     replicas = multidev.replicate(ENGINE, multidev.Setup(spec, devices), spec.init(0))
     sizes = multidev.shard_sizes(len(x), len(devices))
     return lambda: replicas.train_step(replicas.place(multidev.cut(x, y, sizes)), lr).loss_sum
 
 
-def samples_per_second(step: Callable[[], float], batch: int, steps: int) -> float:
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return batch * steps / (time.perf_counter() - start)
+def parse():
+    p = harness.parser(__doc__)
+    p.add_argument("--model", default="resnet18", choices=("resnet18", "mlp"),
+                   help="the network both train (mlp: a smoke run's)")
+    p.add_argument("--size", type=int, default=28, help="image height and width (1 channel)")
+    p.add_argument("--batch", type=int, default=64, help="minibatch size over all devices")
+    p.add_argument("--steps", type=int, default=4, help="timed steps per round")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds; the median is kept")
+    p.add_argument("--devices", default="1,2", help="device counts to time (virtual CPU devices)")
+    p.add_argument("--gpus", type=int, help="time on this many GPUs instead")
+    p.add_argument("--lr", type=float, default=0.05)
+    return harness.parse(p, SMOKE)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=28, help="image height and width (1 channel)")
-    parser.add_argument("--batch", type=int, default=64, help="minibatch size over all devices")
-    parser.add_argument("--steps", type=int, default=4, help="timed steps per round")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the median is kept")
-    parser.add_argument("--devices", default="1,2", help="device counts to time (virtual CPU devices)")
-    parser.add_argument("--gpus", type=int, help="time on this many GPUs instead")
-    parser.add_argument("--lr", type=float, default=0.05)
-    args = parser.parse_args()
-
+    args = parse()
     rng = np.random.default_rng(0)
     x = rng.normal(0, 1, (args.batch, 1, args.size, args.size)).astype(np.float32)
     y = rng.integers(0, 10, args.batch).astype(np.float32)
     counts = [args.gpus] if args.gpus else [int(k) for k in args.devices.split(",")]
-    print(f"{multidev.engines.registry.engine_version(ENGINE)}; ResNet-18, batch {args.batch} of "
-          f"1x{args.size}x{args.size}, "
-          f"{args.warmup} warm-up + {args.steps} timed steps x {args.rounds} rounds")
+    report = harness.report(__file__, args, f"{args.model}, batch {args.batch} of 1x{args.size}x{args.size}, "
+                            f"{args.warmup} warm-up + {args.steps} timed steps x {args.rounds} rounds, losses read "
+                            f"every step", gpu=bool(args.gpus))
     for k in counts:
-        devices = resolve_devices(gpus=args.gpus, gpu_count=ENGINE.gpu_count()) if args.gpus else \
-            resolve_devices(devices=k)
+        devices = multidev.resolve_devices(gpus=args.gpus, gpu_count=ENGINE.gpu_count()) if args.gpus else \
+            multidev.resolve_devices(devices=k)
         contexts = [mx.gpu(d.index) if d.kind == "gpu" else mx.cpu(d.index) for d in devices]
-        runs = {"multidev": engine(devices, x, y, args.lr), "gluon": hand_written(contexts, x, y, args.lr)}
-        for step in runs.values():
-            for _ in range(args.warmup):
-                step()
-        rates: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(args.rounds):
-            for name, step in runs.items():
-                rates[name].append(samples_per_second(step, args.batch, args.steps))
-        ours, theirs = (statistics.median(rates[n]) for n in ("multidev", "gluon"))
-        print(f"{k} device(s) [{', '.join(map(str, devices))}]: multidev {ours:.1f} samples/s, "
-              f"hand-written Gluon {theirs:.1f} samples/s, ratio {ours / theirs:.2f}", flush=True)
+        got = harness.compare({"multidev": engine(args.model, devices, x, y, args.lr),
+                               "gluon": hand_written(args.model, contexts, x, y, args.lr)},
+                              batch=args.batch, steps=args.steps, repeats=args.rounds, warmup=args.warmup)
+        report.add({"devices": ", ".join(map(str, devices)), "multidev samples/s": got["multidev"],
+                    "hand-written Gluon samples/s": got["gluon"], "multidev / Gluon": got["multidev"] / got["gluon"]})
+    report.save()
 
 
 if __name__ == "__main__":

@@ -8,44 +8,40 @@ step nothing on this machine; on a GPU it hides the host's work.
 update's loss read once the next update is queued (the default), against
 read as the update ends.
 
-    python bench/bench_prefetch.py --backends torch,jax,mxnet --devices 1,2 --epochs 2 --rounds 2
-    python bench/bench_prefetch.py --switch no-late-sums --backends torch,jax,mxnet
+    python -m bench.bench_prefetch --backends torch,jax,mxnet --devices 1,2 --epochs 2 --rounds 2
+    python -m bench.bench_prefetch --switch no-late-sums --backends torch,jax,mxnet
 """
 
 from __future__ import annotations
 
-import argparse
-import platform
-import statistics
-import sys
-from pathlib import Path
+from bench import harness
+from bench.bench_processes import run
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from bench_processes import run  # noqa: E402
+SMOKE = {"backends": "torch", "devices": "1", "epochs": 1, "rounds": 1, "model": "mlp"}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backends", default="torch")
-    parser.add_argument("--devices", default="1,2")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--switch", default="no-prefetch", choices=("no-prefetch", "no-late-sums"),
-                        help="the command-line switch that turns the overlap off")
-    args = parser.parse_args()
-    print(f"# {args.model} on digits, {args.epochs} epochs, median of {args.rounds} rounds; {platform.node()}")
-    print(f"| engine | devices | default s/epoch | --{args.switch} s/epoch | ratio (default / switched) |\n"
-          "|---|---|---|---|---|")
+    p = harness.parser(__doc__)
+    p.add_argument("--backends", default="torch")
+    p.add_argument("--devices", default="1,2")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--model", default="resnet18")
+    p.add_argument("--switch", default="no-prefetch", choices=("no-prefetch", "no-late-sums"),
+                   help="the command-line switch that turns the overlap off")
+    args = harness.parse(p, SMOKE)
+    report = harness.report(__file__, args, f"{args.model} on digits, {args.epochs} epoch(s), median of "
+                            f"{args.rounds} round(s), the default against --{args.switch}")
     for backend in args.backends.split(","):
         for k in args.devices.split(","):
-            on, off = [], []
-            for _ in range(args.rounds):
-                on.append(run(backend, ["--devices", k], args.epochs, args.model, "digits")[0])
-                off.append(run(backend, ["--devices", k, f"--{args.switch}"], args.epochs, args.model, "digits")[0])
-            a, b = statistics.median(on), statistics.median(off)
-            print(f"| {backend} | {k} | {a:.2f} | {b:.2f} | {a / b:.2f} |", flush=True)
+            contenders = {"default": lambda: run(backend, ["--devices", k], args.epochs, args.model, "digits")[0],
+                          "switched": lambda: run(backend, ["--devices", k, f"--{args.switch}"], args.epochs,
+                                                  args.model, "digits")[0]}
+            got = harness.medians(harness.rounds(contenders, args.rounds))
+            report.add({"engine": backend, "devices": int(k), "default s/epoch": got["default"],
+                        f"--{args.switch} s/epoch": got["switched"],
+                        "ratio (default / switched)": got["default"] / got["switched"]})
+    report.save()
 
 
 if __name__ == "__main__":

@@ -1,46 +1,63 @@
 """multidev's PyTorch engine against a hand-written PyTorch loop: samples/s and their ratio.
 
 The hand-written loop is what one writes from the book without multidev:
-torch's own nn.BatchNorm2d, one optimizer per replica, per-shard
-forward/backward, gradients summed into every replica. Same model, batch,
-devices and data; both run alternately in this one process.
+the book's ResNet-18 in plain torch (``nn.BatchNorm2d``; ``--model mlp``, a
+smoke run's, two hidden layers), one optimizer per
+replica, per-shard forward/backward, gradients summed into every replica.
+Same model, batch, devices and data; both run alternately in this one
+process (``bench.harness.compare``), ``--repeats`` rounds, medians.
 
-    python bench/bench_torch.py --devices 1,2 --batch 64 --size 28
+    python -m bench.bench_torch --devices 1,2 --batch 64 --size 28
 """
 
 from __future__ import annotations
-
-import argparse
-import platform
-import sys
-from datetime import date
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).parent))
-from multidev_torch.batchnorm import BatchNorm  # noqa: E402
-from multidev_torch.model import build  # noqa: E402
-from timing import compare, table  # noqa: E402
+from bench import harness
 
-import multidev  # noqa: E402
+import multidev  # noqa: I001  (after the harness: nothing of it loads a framework)
+
+SMOKE = {"model": "mlp", "devices": "1,2", "batch": 4, "size": 8, "steps": 1, "repeats": 1}
 
 
-def plain_torch_model(spec: multidev.ModelSpec) -> nn.Module:
-    """The same network with torch's own BatchNorm2d, as a hand-written script would have it."""
-    model = build(spec)
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, BatchNorm):
-                setattr(parent, name, nn.BatchNorm2d(child.gamma.numel()))
-    return model
+class Residual(nn.Module):
+    """The book's residual block (d2l "Residual"): two 3x3 convolutions, a 1x1 projection where the shape changes."""
+
+    def __init__(self, channels_in: int, channels: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels_in, channels, 3, stride, padding=1, bias=False)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1, self.bn2 = nn.BatchNorm2d(channels), nn.BatchNorm2d(channels)
+        self.proj = nn.Conv2d(channels_in, channels, 1, stride) if stride != 1 or channels_in != channels else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+        return F.relu(y + (self.proj(x) if self.proj is not None else x))
+
+
+def resnet18(channels_in: int, classes: int) -> nn.Module:
+    """The book's small-image ResNet-18: a 3x3 stem, no max pooling, four stages of two residual blocks."""
+    layers: list[nn.Module] = [nn.Conv2d(channels_in, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU()]
+    width = 64
+    for stage, channels in enumerate((64, 128, 256, 512)):
+        layers += [Residual(width, channels, 2 if stage else 1), Residual(channels, channels, 1)]
+        width = channels
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes))
+
+
+def mlp(features: int, classes: int) -> nn.Module:
+    """multidev's ``mlp`` (a smoke run's): the image flattened, two hidden layers of 256."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(features, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                         nn.Linear(256, classes))
 
 
 def handwritten_step(spec: multidev.ModelSpec, k: int, x: np.ndarray, y: np.ndarray):
-    replicas = [plain_torch_model(spec) for _ in range(k)]
+    replicas = [resnet18(spec.in_shape[0], spec.num_classes) if spec.name == "resnet18" else
+                mlp(int(np.prod(spec.in_shape)), spec.num_classes) for _ in range(k)]
     for r in replicas[1:]:
         r.load_state_dict(replicas[0].state_dict())
     optimizers = [torch.optim.SGD(r.parameters(), lr=0.1) for r in replicas]
@@ -66,31 +83,34 @@ def multidev_step(spec: multidev.ModelSpec, k: int, x: np.ndarray, y: np.ndarray
     engine = multidev.load_backend("torch")
     reps = multidev.replicate(engine, multidev.Setup(spec, multidev.resolve_devices(devices=k)), spec.init(0))
     sizes = multidev.shard_sizes(len(x), k)
-    return lambda: reps.train_step(reps.place(multidev.cut(x, y, sizes)), lr=0.1)
+    return lambda: reps.train_step(reps.place(multidev.cut(x, y, sizes)), 0.1)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--devices", default="1,2")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--size", type=int, default=28, help="image height and width")
-    parser.add_argument("--model", default="resnet18", choices=multidev.MODELS)
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per repeat")
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    p = harness.parser(__doc__)
+    p.add_argument("--model", default="resnet18", choices=("resnet18", "mlp"),
+                   help="the network both train (mlp: a smoke run's)")
+    p.add_argument("--devices", default="1,2")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--size", type=int, default=28, help="image height and width")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per repeat")
+    p.add_argument("--repeats", type=int, default=3)
+    args = harness.parse(p, SMOKE)
     spec = multidev.ModelSpec(args.model, (1, args.size, args.size), 10)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(args.batch, *spec.in_shape)).astype(np.float32)
     y = rng.integers(0, 10, args.batch)
-    rows = []
+    report = harness.report(__file__, args, f"{args.model} {args.size}x{args.size}, batch {args.batch}, "
+                            f"{args.repeats} alternating rounds of {args.steps} steps, {torch.get_num_threads()} "
+                            f"threads")
     for k in (int(v) for v in args.devices.split(",")):
-        got = compare({"hand-written": handwritten_step(spec, k, x, y), "multidev": multidev_step(spec, k, x, y)},
-                      batch=args.batch, steps=args.steps, repeats=args.repeats)
-        rows.append({"engine": "torch", "devices": k, "hand-written samples/s": got["hand-written"],
-                     "multidev samples/s": got["multidev"], "ratio": got["multidev"] / got["hand-written"]})
-    print(f"# {args.model} {args.size}x{args.size}, batch {args.batch}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, {platform.machine()}, {date.today()}")
-    print(table(rows))
+        got = harness.compare({"hand-written": handwritten_step(spec, k, x, y),
+                               "multidev": multidev_step(spec, k, x, y)},
+                              batch=args.batch, steps=args.steps, repeats=args.repeats)
+        report.add({"engine": "torch", "devices": k, "hand-written samples/s": got["hand-written"],
+                    "multidev samples/s": got["multidev"], "multidev / hand-written": got["multidev"] /
+                    got["hand-written"]})
+    report.save()
 
 
 if __name__ == "__main__":

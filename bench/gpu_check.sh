@@ -5,17 +5,18 @@
 # the TF32 rows and the profile; TESTS_K=torch runs that engine's GPU test.
 # The device machine's image already holds torch, JAX (CUDA), Flax, Optax, tqdm, scikit-learn, matplotlib and
 # Pillow, and nothing can be fetched there, so multidev and the two engines go in without their dependencies.
-# Every log lands under $OUT (it comes back even when the call runs out of time). Extra arguments go to the
-# benchmark: a dry run on a machine without a GPU, `bash bench/gpu_check.sh --train 512 --test 256 --epochs 1`,
-# runs the same steps on CPU devices.
+# Every log lands under $OUT (it comes back even when the call runs out of time), and the figures as result files
+# under $OUT/results/<the GPU's kind>/ with the page they make, $OUT/benchmarks.md: copy the result files to
+# bench/results/ and run `python -m bench.summary`. Extra arguments go to the benchmark: a dry run on a machine
+# without a GPU, `bash bench/gpu_check.sh --train 512 --test 256 --epochs 1` (or `--smoke`), runs the same steps on
+# CPU devices.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 BENCH_RESULTS="$OUT/results"
 PY=${PYTHON:-python3}
 stamp() { echo "== $(date +%T) $*" | tee -a "$OUT/gpu_check.log"; }
-rows() { [ -s "$OUT/fashion_shape.md" ] && echo 4 || echo 1; }  # the table's title and header once
 
 stamp "install (no dependencies, no index)"
 if [ -z "${VIRTUAL_ENV:-}" ] || ! $PY -c "import multidev_torch, multidev_jax" 2>/dev/null; then
@@ -24,9 +25,7 @@ if [ -z "${VIRTUAL_ENV:-}" ] || ! $PY -c "import multidev_torch, multidev_jax" 2
 fi
 $PY -c "import multidev_torch, multidev_jax" || { stamp "multidev's engines did not install: stopped"; exit 1; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || echo "no nvidia-smi"
-  $PY -c "import torch, jax, flax, optax, numpy; print('torch', torch.__version__, 'cuda', torch.version.cuda,
-'| jax', jax.__version__, jax.devices(), '| flax', flax.__version__, '| optax', optax.__version__,
-'| numpy', numpy.__version__)"
+  $PY -m bench.harness
   $PY -m multidev backends; } 2>&1 | tee -a "$OUT/gpu_check.log"
 
 stamp "GPU against CPU (tests/test_gpu.py)"
@@ -35,19 +34,20 @@ timeout 100 $PY -m pytest -q -p no:cacheprovider tests/test_gpu.py ${TESTS_K:+-k
 
 if [ "${JAX_ROWS:-1}" = 1 ]; then
   stamp "the book's job shape: JAX, float32 and bf16, BatchNorm's sums as matrix-vector products and as reductions"
-  $PY bench/bench_fashion_shape.py --backends jax --precisions fp32,bf16 --epochs 2 --worker-timeout 90 \
-    --jax-env "default;MULTIDEV_JAX_SUMS=reduce" "$@" 2>&1 \
-    | tee -a "$OUT/fashion_shape.md" | tee -a "$OUT/gpu_check.log"
+  $PY -m bench.bench_fashion_shape --backends jax --precisions fp32,bf16 --epochs 2 --worker-timeout 90 \
+    --jax-env "default;MULTIDEV_JAX_SUMS=reduce" --label jax "$@" 2>&1 | tee -a "$OUT/gpu_check.log"
 fi
-[ "${TORCH_ROWS:-1}" = 1 ] || { stamp "done (TORCH_ROWS=0); logs in $OUT"; exit 0; }
-stamp "the book's job shape: torch in each of its GPU forms (multidev_torch.gpu), float32 and bf16"
-$PY bench/bench_fashion_shape.py --backends torch --precisions fp32,bf16 --epochs 2 --worker-timeout 60 \
-  --torch-forms none,benchmark,channels_last,benchmark+channels_last "$@" 2>&1 | tail -n +"$(rows)" \
-  | tee -a "$OUT/fashion_shape.md" | tee -a "$OUT/gpu_check.log"
+finish() { $PY -m bench.summary --results "$OUT/results" --out "$OUT/benchmarks.md" 2>&1 | tee -a "$OUT/gpu_check.log"
+           stamp "done$1; logs in $OUT"; }
+[ "${TORCH_ROWS:-1}" = 1 ] || { finish " (TORCH_ROWS=0)"; exit 0; }
+stamp "the book's job shape: torch in each of its GPU forms, float32 and bf16"
+$PY -m bench.bench_fashion_shape --backends torch --precisions fp32,bf16 --epochs 2 --worker-timeout 60 \
+  --torch-forms none,benchmark,channels_last,benchmark+channels_last --label torch-forms "$@" 2>&1 \
+  | tee -a "$OUT/gpu_check.log"
 stamp "float32 with the TF32 opt-in (--tf32)"
-$PY bench/bench_fashion_shape.py --backends torch,jax --precisions fp32 --tf32 --epochs 2 --worker-timeout 60 \
-  "$@" 2>&1 | tail -n +4 | tee -a "$OUT/fashion_shape.md" | tee -a "$OUT/gpu_check.log"
-stamp "torch: the host's share of a bf16 step (bench/profile_torch.py, the default forms)"
-timeout 60 $PY bench/profile_torch.py --precision bf16 2>&1 | grep -v "^USDT\|^STAGE" | tee "$OUT/profile_torch.txt" \
-  | head -30 | tee -a "$OUT/gpu_check.log"
-stamp "done; logs in $OUT"
+$PY -m bench.bench_fashion_shape --backends torch,jax --precisions fp32 --tf32 --epochs 2 --worker-timeout 60 \
+  --label tf32 "$@" 2>&1 | tee -a "$OUT/gpu_check.log"
+stamp "torch: the host's share of a bf16 step (bench.profile_torch, the default forms)"
+timeout 60 $PY -m bench.profile_torch --precision bf16 2>&1 | grep -v "^USDT\|^STAGE" | tee "$OUT/profile_torch.txt" \
+  | tail -20 | tee -a "$OUT/gpu_check.log"
+finish ""

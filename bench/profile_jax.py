@@ -10,8 +10,8 @@ pool can outlast the event, so the kinds add up to less than the step.
 With ``--dump FOLDER`` XLA also writes the optimised HLO there (look for
 ``jit_train*after_optimizations.txt``) to see what an operation computes.
 
-    python bench/profile_jax.py                  # 1 device, batch 64, 28x28
-    python bench/profile_jax.py --devices 2 --batchnorm local --top 30
+    python -m bench.profile_jax                  # 1 device, batch 64, 28x28
+    python -m bench.profile_jax --devices 2 --batchnorm local --top 30
 """
 
 from __future__ import annotations
@@ -28,9 +28,14 @@ import time
 
 import numpy as np
 
+from bench import harness
+
+SMOKE = {"model": "mlp", "batch": 4, "size": 8, "steps": 1, "top": 5}
+
 
 def parse() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = harness.parser(__doc__)
+    p.add_argument("--model", default="resnet18", choices=("resnet18", "mlp"), help="mlp: a smoke run's")
     p.add_argument("--devices", type=int, default=1)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--size", type=int, default=28, help="image height and width (synthetic, 1 channel)")
@@ -38,7 +43,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=2, help="traced steps, after 2 untraced ones")
     p.add_argument("--top", type=int, default=15, help="kinds of operation to print")
     p.add_argument("--dump", help="also write XLA's optimised HLO to this folder")
-    return p.parse_args()
+    return harness.parse(p, SMOKE)
 
 
 def main() -> None:
@@ -46,12 +51,13 @@ def main() -> None:
     if args.dump:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={args.dump} --xla_dump_hlo_as_text"
     import multidev
+    from multidev.engine import plan_cpu_devices
 
     engine = multidev.load_backend("jax")
-    engine.plan_cpu_devices(args.devices)  # as a run does: its devices, at least one per core
+    plan_cpu_devices(engine, args.devices)  # as a run does: its devices, at least one per core
     import jax
 
-    spec = multidev.ModelSpec("resnet18", (1, args.size, args.size), 10)
+    spec = multidev.ModelSpec(args.model, (1, args.size, args.size), 10)
     devices = multidev.resolve_devices(devices=args.devices, max_cpu=engine.max_cpu_devices())
     reps = multidev.replicate(engine, multidev.Setup(spec, devices, batchnorm=args.batchnorm), spec.init(0))
     rng = np.random.default_rng(0)
@@ -60,7 +66,7 @@ def main() -> None:
     sizes = multidev.shard_sizes(args.batch, args.devices)
 
     def step() -> None:
-        reps.train_step(reps.place(multidev.cut(x, y, sizes)), 0.01)
+        reps.train_step(reps.place(multidev.cut(x, y, sizes)), 0.01)  # reads its sums back: the step is over
 
     for _ in range(2):
         step()
@@ -94,12 +100,15 @@ def report(events: list[dict], args: argparse.Namespace, seconds: float) -> None
             continue
         per_kind[kind(name)] += event.get("dur", 0) / 1e3 / args.steps
         calls[kind(name)] += 1
-    print(f"ResNet-18 {args.size}x{args.size}x1, batch {args.batch}, {args.devices} device(s), "
-          f"batchnorm {args.batchnorm}: {seconds:.3f} s a step untraced; XLA operations by kind, ms a step:")
+    out = harness.report(__file__, args, f"{args.model} {args.size}x{args.size}x1, batch {args.batch}, "
+                         f"{args.devices} device(s), batchnorm {args.batchnorm}: {seconds:.3f} s a step untraced; "
+                         "XLA operations by kind")
     for name, ms in per_kind.most_common(args.top):
-        print(f"{ms:9.1f}  {calls[name] // args.steps:4d} x  {name}")
-    print(f"{sum(per_kind.values()):9.1f}  in all. Operations that XLA:CPU hands to its thread pool (convolutions, "
-          "matrix products) can end after their event does: the rest of the step is theirs and the executor's")
+        out.add({"kind": name, "ms a step": ms, "calls a step": calls[name] // args.steps})
+    out.note(f"{sum(per_kind.values()):.1f} ms a step in all. Operations that XLA:CPU hands to its thread pool "
+             "(convolutions, matrix products) can end after their event does: the rest of the step is theirs and "
+             "the executor's")
+    out.save()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Floating-point work of the models and the machine's matrix-multiply peak."""
+"""Floating-point work of the models and the machine's float32 peak, for a run's share of it."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import time
 
 import numpy as np
 
-from multidev.nn.zoo import resnet18_blocks
-from multidev.rules.models import ModelSpec
+from bench.harness.machine import cpu
+from multidev.engine import ModelSpec, resnet18_blocks
 
 
 def forward_flops(spec: ModelSpec) -> int:
@@ -19,6 +19,10 @@ def forward_flops(spec: ModelSpec) -> int:
         flat = 50 * (h2 // 2) * (w2 // 2)  # the second pooling's output, flattened
         return 2 * (c * 20 * 9 * h1 * w1 + 20 * 50 * 25 * h2 * w2 + flat * 128
                     + 128 * spec.num_classes)
+    if spec.name == "mlp":  # the image flattened, two hidden layers of 256
+        return 2 * (c * h * w * 256 + 256 * 256 + 256 * spec.num_classes)
+    if spec.name != "resnet18":
+        raise ValueError(f"no count of {spec.name}'s work: time resnet18, lenet or mlp for a share of the peak")
     flops = 2 * c * 64 * 9 * h * w
     for b in resnet18_blocks():
         h, w = -(-h // b.stride), -(-w // b.stride)
@@ -63,15 +67,6 @@ def matmul_peak(n: int = 2048, repeats: int = 5) -> tuple[float, str]:
     return best, source
 
 
-def _cpuinfo() -> dict[str, str]:
-    try:
-        text = open("/proc/cpuinfo").read()
-    except OSError:
-        return {}
-    first = text.split("\n\n")[0]
-    return {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in first.splitlines())}
-
-
 def vector_peak(cores: int) -> tuple[float, str]:
     """fp32 GFLOP/s of the CPU's vector units: lanes x 2 FMA units x 2 flops x cores x clock (0.0 if unreadable).
 
@@ -80,20 +75,19 @@ def vector_peak(cores: int) -> tuple[float, str]:
     server core these machines have. The clock is /proc/cpuinfo's, which in
     a virtual machine is the nominal one: turbo can go above it.
     """
-    info = _cpuinfo()
-    flags, mhz = info.get("flags", "").split(), float(info.get("cpu MHz", 0) or 0)
-    if not mhz:
+    info = cpu()
+    if not info.mhz:
         return 0.0, "clock not readable"
-    lanes = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
-    if lanes == 16 and info.get("vendor_id") == "AuthenticAMD" and info.get("cpu family") == "25":
+    lanes = 16 if "avx512f" in info.flags else 8 if "avx2" in info.flags else 4
+    if lanes == 16 and info.vendor == "AuthenticAMD" and info.family == 25:
         lanes = 8
-    gflops = lanes * 2 * 2 * cores * mhz / 1e3
-    return gflops, f"{lanes} fp32 lanes x 2 FMA units x 2 x {cores} cores x {mhz / 1e3:.2f} GHz"
+    gflops = lanes * 2 * 2 * cores * info.mhz / 1e3
+    return gflops, f"{lanes} fp32 lanes x 2 FMA units x 2 x {cores} cores x {info.mhz / 1e3:.2f} GHz"
 
 
-def peak(cores: int) -> tuple[float, str]:
+def peak(cores: int, n: int = 2048) -> tuple[float, str]:
     """The larger of the best measured matrix product and the vector units' peak, with what each was."""
-    measured, source = matmul_peak()
+    measured, source = matmul_peak(n)
     vector, how = vector_peak(cores)
     text = f"matmul {measured:.0f} GFLOP/s ({source}), vector units {vector:.0f} ({how})"
     return max(measured, vector), text
