@@ -91,11 +91,12 @@ def row(k: int, runs: dict[str, list[list]]) -> dict[str, Any]:
     """The table's row for ``k`` devices: each contender's median samples/s and compile seconds, the ratios."""
     median = {n: harness.medians({"rate": [r[0] for r in got], "compile": [r[1] for r in got]})
               for n, got in runs.items()}
-    nan = {"rate": float("nan"), "compile": float("nan")}
-    engine, hand, keras = median["engine"], median["hand"], median.get("keras", nan)
+    absent = {"rate": None, "compile": None}  # Keras not installed
+    engine, hand, keras = median["engine"], median["hand"], median.get("keras", absent)
     return {"devices": k, "engine samples/s": engine["rate"], "hand-written samples/s": hand["rate"],
             "engine / hand-written": engine["rate"] / hand["rate"], "keras samples/s": keras["rate"],
-            "engine / keras": engine["rate"] / keras["rate"], "engine compile s": engine["compile"],
+            "engine / keras": engine["rate"] / keras["rate"] if keras["rate"] else None,
+            "engine compile s": engine["compile"],
             "hand-written compile s": hand["compile"], "keras first step s": keras["compile"],
             "engine's forms": "; ".join(sorted({r[2] for r in runs["engine"]}))}
 

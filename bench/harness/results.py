@@ -21,12 +21,14 @@ from bench.harness import machine
 
 
 def cell(value: Any) -> str:
-    """A number as a table shows it: three significant digits below 100, whole numbers above."""
+    """A number as a table shows it: whole from 100, one decimal from 10, two from 0.1, three digits below."""
     if isinstance(value, bool) or not isinstance(value, float):
         return "" if value is None else " ".join(str(value).split()).replace("|", "\\|")
     if value != value:  # NaN
         return ""
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+    size = abs(value)
+    return f"{value:.0f}" if size >= 100 else f"{value:.1f}" if size >= 10 else f"{value:.2f}" if size >= 0.1 \
+        else f"{value:.3g}"
 
 
 def table(rows: list[Mapping[str, Any]]) -> str:
