@@ -23,7 +23,8 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 import numpy as np
 
-from multidev.engine import MultidevError, ReplicaStates, Setup, Shards, State, StepStats, check_state, predictions
+from multidev.engine import (MultidevError, ReplicaStates, Setup, Shards, State, StepStats, WaitedSteps, check_state,
+                             predictions)
 
 from . import forms, optimizers
 from .compiled import Compiler
@@ -71,7 +72,7 @@ def scoped(method):
     return wrapper
 
 
-class JaxReplicas(ReplicaStates):
+class JaxReplicas(WaitedSteps, ReplicaStates):
     def __init__(self, setup: Setup, state: State) -> None:
         self.setup, self.spec, self.dtype = setup, setup.spec, setup.np_dtype
         named = job_devices(setup.devices, setup.group)  # every process's, rank-major
@@ -177,16 +178,20 @@ class JaxReplicas(ReplicaStates):
         return batch.drops
 
     @scoped
-    def train_step(self, batch: Batch, lr: float, *, update: bool = True, pending: bool = False
-                   ) -> StepStats | Sums:
+    def queue_step(self, batch: Batch, lr: float) -> Sums:
         rate, whole = self.dtype.type(lr), self.dtype.type(batch.whole)  # inputs of the step: no recompile
         drops = self._dropped(batch)
-        if update and self._sum is None:
-            sums = self._update(batch, drops, rate, whole)
-        else:
-            sums = self._accumulate(batch, drops, rate, whole, update)
-        held = Sums(tuple(sums), batch.total, self.setup.group.rank == 0)  # psum'd: rank 0 reports the job's
-        return held if pending else held.result()
+        if self._sum is None:
+            return self._sums(self._update(batch, drops, rate, whole), batch)
+        return self._sums(self._accumulate(batch, drops, rate, whole, update=True), batch)
+
+    @scoped
+    def queue_accumulate(self, batch: Batch) -> Sums:
+        zero, whole = self.dtype.type(0.0), self.dtype.type(batch.whole)  # the rate is unused: nothing is updated
+        return self._sums(self._accumulate(batch, self._dropped(batch), zero, whole, update=False), batch)
+
+    def _sums(self, sums: Sequence[jax.Array], batch: Batch) -> Sums:
+        return Sums(tuple(sums), batch.total, self.setup.group.rank == 0)  # psum'd: rank 0 reports the job's
 
     def _update(self, batch: Batch, drops: dict[str, jax.Array], rate: Any, whole: Any) -> list[jax.Array]:
         """A step of split, per-device gradients, AllReduce and update; a job sharing a machine sums through its
