@@ -10,7 +10,7 @@ from __future__ import annotations
 from multidev.engines.capabilities import CAPABILITIES
 from multidev.engines.choices import Kept as KeptChoices
 from multidev.engines.choices import cache_home, cpu_tag, pinned_form
-from multidev.engines.cpu import cpu_flags
+from multidev.engines.cpu_flags import cpu_flags
 from multidev.engines.idioms import MultiProcess, ReplicaStates, WaitedSteps, labels, predictions
 from multidev.engines.lockstep import AllGather, combine_moments, run_lockstep
 from multidev.engines.protocol import (Accumulates, Backend, BatchT, MultiProcessBackend, OptimizerState,

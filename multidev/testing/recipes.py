@@ -24,7 +24,7 @@ import pytest
 
 from multidev import reference
 from multidev.data import synthetic
-from multidev.engines.cpu import native_bf16
+from multidev.engines.cpu_flags import native_bf16
 from multidev.engines.protocol import Replicas
 from multidev.rules.optimizers import STEP, Optimizer
 from multidev.rules.split import cut, shard_sizes

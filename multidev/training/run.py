@@ -12,7 +12,7 @@ import numpy as np
 from multidev.data import Dataset, load_dataset
 from multidev.data.transforms import Transforms
 from multidev.engines.capabilities import check_claims
-from multidev.engines.cpu import native_bf16
+from multidev.engines.cpu_flags import native_bf16
 from multidev.engines.protocol import Backend, Replicas, Setup, plan_cpu_devices, replicate
 from multidev.engines.registry import engine_version
 from multidev.errors import MultidevError, PeerLost, UserCodeError

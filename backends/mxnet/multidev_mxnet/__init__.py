@@ -15,10 +15,11 @@ optimizers as Gluon optimizers, their state in canonical names) and
 
 MXNet's own: ``runtime`` (loading MXNet on first use, and its thread count),
 ``serve`` (``python -m multidev_mxnet.serve``: the job's scheduler or a
-server of its kvstore) and ``cpu`` (whether this CPU's oneDNN computes
+server of its kvstore) and ``bf16_support`` (whether this CPU's oneDNN computes
 bfloat16, read from its flags without loading MXNet).
 """
 
 from .backend import MXNetBackend
+from .runtime import mxnet as load_mxnet  # MXNet as the engine loads it, for Gluon code beside it (benchmarks)
 
-__all__ = ["MXNetBackend"]
+__all__ = ["MXNetBackend", "load_mxnet"]

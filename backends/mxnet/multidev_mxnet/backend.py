@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Optional
 
 from multidev.engine import MultiProcess, Setup, State
 
-from . import cpu, distributed
+from . import bf16_support, distributed
 from .devices import gpu_count
 from .runtime import THREADS_ENV, mxnet, threads_note
 
@@ -18,7 +18,7 @@ class MXNetBackend(MultiProcess):
     """Creating it loads nothing: MXNet loads on the first call that needs it (see runtime.py)."""
 
     name = "mxnet"
-    #: bf16 joins these where this CPU's oneDNN computes it (see cpu.py)
+    #: bf16 joins these where this CPU's oneDNN computes it (see bf16_support.py)
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process", "optimizers",
                               "accumulate", "pending_stats"})
     frameworks = ("mxnet",)
@@ -27,13 +27,13 @@ class MXNetBackend(MultiProcess):
     distributed = distributed
 
     def __init__(self) -> None:
-        if cpu.bf16():
+        if bf16_support.bf16():
             self.capabilities = self.capabilities | {"bf16"}
 
     def settings(self) -> dict[str, str]:
         mxnet()  # the thread count is fixed when MXNet loads: say what it became
         return {"threads": f"{threads_note()} (read once, when MXNet loads: set {THREADS_ENV} before it "
-                           f"loads, as `multidev train --threads N` does)", "bf16": cpu.bf16_note()}
+                           f"loads, as `multidev train --threads N` does)", "bf16": bf16_support.bf16_note()}
 
     def gpu_count(self) -> int:
         return gpu_count()

@@ -245,14 +245,14 @@ def test_quickstart_reaches_the_accuracy_band_on_digits(tmp_path):
 @pytest.mark.parametrize("has_avx512", [True, False])
 def test_bf16_is_claimed_where_the_cpus_onednn_computes_it(monkeypatch, has_avx512):
     """oneDNN's bfloat16 convolutions need AVX-512: on an AVX2 CPU (a Zen 3 EPYC) MXNet failed inside the first one."""
-    from multidev_mxnet import backend, cpu
+    from multidev_mxnet import backend, bf16_support
 
     flags = {"fma", "avx2"} | ({"avx512f", "avx512bw", "avx512vl", "avx512dq"} if has_avx512 else set())
-    monkeypatch.setattr(cpu, "flags", lambda: frozenset(flags))
+    monkeypatch.setattr(bf16_support, "flags", lambda: frozenset(flags))
     engine = backend.MXNetBackend()
     assert ("bf16" in engine.capabilities) == has_avx512
     assert backend.MXNetBackend.capabilities.isdisjoint({"bf16"}), "one machine's answer leaked into the class"
     if not has_avx512:
-        assert "AVX-512" in cpu.bf16_note() and "this CPU has AVX2" in cpu.bf16_note()
+        assert "AVX-512" in bf16_support.bf16_note() and "this CPU has AVX2" in bf16_support.bf16_note()
         with pytest.raises(multidev.MultidevError, match="the mxnet engine does not offer bf16: use --precision fp32"):
             multidev.train(engine, precision="bf16", epochs=1)

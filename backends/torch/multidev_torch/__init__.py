@@ -9,7 +9,7 @@ local or sync), ``parallel`` (the replicas: place, step, AllReduce, state),
 canonical names) and ``distributed`` (one process per device: ``launch``,
 ``join``, ``leave``, ``all_sum``).
 
-torch's own: ``cpu`` (NCHW or NHWC memory on CPU devices, chosen by timing)
+torch's own: ``cpu_layout`` (NCHW or NHWC memory on CPU devices, chosen by timing)
 and ``gpu`` (cuDNN's algorithm timing and channels-last memory on a GPU).
 """
 

@@ -8,7 +8,7 @@ import torch
 
 from multidev.engine import MultiProcess, Setup, State
 
-from . import cpu, distributed, gpu
+from . import cpu_layout, distributed, gpu
 from .devices import gpu_count
 from .parallel import TorchReplicas
 
@@ -27,7 +27,7 @@ class TorchBackend(MultiProcess):
                 "tf32": "off unless the run opts in (tf32): cuDNN's and CUDA matmul's TF32 flags are set to the "
                         "run's choice for each step on a GPU and restored after",
                 "gpu forms": gpu.describe(),
-                "cpu layout": cpu.describe()}
+                "cpu layout": cpu_layout.describe()}
 
     def gpu_count(self) -> int:
         return gpu_count()

@@ -30,7 +30,7 @@ from multidev.engine import (AllGather, DeviceShard, HostSum, MultidevError, Pla
                              WaitedSteps,
                              State, StepStats, labels, predictions, run_lockstep, statistic_sources)
 
-from . import cpu, gpu, optimizers
+from . import cpu_layout, gpu, optimizers
 from .batchnorm import BatchNorm
 from .devices import torch_device
 from .distributed import all_sum_tensors, host_sum
@@ -83,7 +83,7 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         self._places = [torch_device(d) for d in setup.devices]
         self._cuda = any(place.type == "cuda" for place in self._places)
         base = build(self.spec)
-        self.forms = gpu.chosen(setup.precision, self._cuda) | cpu.chosen(setup, base, self._cuda)
+        self.forms = gpu.chosen(setup.precision, self._cuda) | cpu_layout.chosen(setup, base, self._cuda)
         self._layout = torch.channels_last if "channels_last" in self.forms else torch.contiguous_format
         self.models = [copy.deepcopy(base).to(place, self.dtype).to(memory_format=self._layout)
                        for place in self._places]

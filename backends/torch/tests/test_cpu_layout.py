@@ -1,4 +1,4 @@
-"""The torch engine's image layout on CPUs (multidev_torch.cpu): timed once per model, shard shape and precision,
+"""The torch engine's image layout on CPUs (multidev_torch.cpu_layout): timed once per model, shard shape and precision,
 kept per CPU kind, pinned by MULTIDEV_TORCH_LAYOUT, and a run that measured equals one that only ran its choice."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import multidev
 from multidev import nn
 from multidev.engine import KeptChoices
 from multidev.testing import batch
-from multidev_torch import cpu
+from multidev_torch import cpu_layout
 
 
 def definition() -> nn.Model:
@@ -30,10 +30,10 @@ SPEC = multidev.ModelSpec("layout", (2, 8, 8), 3, graph=definition().graph())
 @pytest.fixture
 def measuring(monkeypatch, tmp_path):
     """No pin, and a choices file of this test's own (in tmp_path, as ~/.cache would hold it)."""
-    monkeypatch.delenv(cpu.ENV, raising=False)
+    monkeypatch.delenv(cpu_layout.ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    kept = KeptChoices("layout.json", cpu.FORMS, cpu._folder)
-    monkeypatch.setattr(cpu, "_kept", kept)
+    kept = KeptChoices("layout.json", cpu_layout.FORMS, cpu_layout._folder)
+    monkeypatch.setattr(cpu_layout, "_kept", kept)
     return kept
 
 
@@ -53,7 +53,7 @@ def test_a_run_times_both_layouts_once_and_keeps_the_choice(measuring, tmp_path)
     measuring.forget()
     replicas()
     assert len(measuring.measured) == 1, "a later run timed again instead of reading the kept choice"
-    assert "for 1" in cpu.describe()
+    assert "for 1" in cpu_layout.describe()
 
 
 def test_a_run_that_measured_equals_one_pinned_to_its_choice(measuring, monkeypatch):
@@ -63,7 +63,7 @@ def test_a_run_that_measured_equals_one_pinned_to_its_choice(measuring, monkeypa
         node: [np.ones((4, *shape), np.float32)] * 2 for node, _, shape in SPEC.dropouts()})
     measured = replicas()
     form = "nhwc" if "channels_last" in measured.forms else "nchw"
-    monkeypatch.setenv(cpu.ENV, form)
+    monkeypatch.setenv(cpu_layout.ENV, form)
     pinned = replicas()
     for reps in (measured, pinned):
         reps.train_step(reps.place(shards), lr=0.1)
@@ -72,12 +72,12 @@ def test_a_run_that_measured_equals_one_pinned_to_its_choice(measuring, monkeypa
 
 
 def test_nhwc_when_it_is_the_faster(measuring, monkeypatch):
-    monkeypatch.setattr(cpu, "_timer", lambda model, setup, rows, form: lambda: {"nchw": 2.0, "nhwc": 1.0}[form])
+    monkeypatch.setattr(cpu_layout, "_timer", lambda model, setup, rows, form: lambda: {"nchw": 2.0, "nhwc": 1.0}[form])
     reps = replicas()
     x, y = batch(SPEC, 8)
     placed = reps.place(multidev.cut(x, y, (4, 4)))
     assert reps.forms == {"channels_last"} and placed[0].x.is_contiguous(memory_format=torch.channels_last)
-    assert "NHWC (channels_last) for 1" in cpu.describe()
+    assert "NHWC (channels_last) for 1" in cpu_layout.describe()
 
 
 @pytest.mark.parametrize("setup", [dict(dtype="float64"), dict(rows=None)], ids=["float64", "no-batch-size"])
@@ -87,12 +87,12 @@ def test_what_measures_nothing(measuring, setup):
 
 
 def test_the_environment_pins_the_layout(monkeypatch):
-    monkeypatch.setenv(cpu.ENV, "nhwc")
-    assert replicas().forms == {"channels_last"} and "MULTIDEV_TORCH_LAYOUT=nhwc" in cpu.describe()
-    monkeypatch.setenv(cpu.ENV, "NCHW")
+    monkeypatch.setenv(cpu_layout.ENV, "nhwc")
+    assert replicas().forms == {"channels_last"} and "MULTIDEV_TORCH_LAYOUT=nhwc" in cpu_layout.describe()
+    monkeypatch.setenv(cpu_layout.ENV, "NCHW")
     assert replicas().forms == frozenset()
-    monkeypatch.setenv(cpu.ENV, "channels_last")
-    for call in (replicas, cpu.describe):  # a run, and multidev backends' line
+    monkeypatch.setenv(cpu_layout.ENV, "channels_last")
+    for call in (replicas, cpu_layout.describe):  # a run, and multidev backends' line
         with pytest.raises(multidev.MultidevError, match="give one of nchw, nhwc") as err:
             call()
         assert "\n" not in str(err.value)
@@ -101,6 +101,6 @@ def test_the_environment_pins_the_layout(monkeypatch):
 def test_a_jobs_processes_take_the_kept_choice_and_time_nothing(measuring):
     from multidev_torch.model import build
     job = multidev.Setup(SPEC, (multidev.Device.parse("cpu:0"),), rows=8, group=multidev.ProcessGroup(rank=1, size=2))
-    assert cpu.chosen(job, build(SPEC), cuda=False) == frozenset() and measuring.measured == []
+    assert cpu_layout.chosen(job, build(SPEC), cuda=False) == frozenset() and measuring.measured == []
     replicas()  # one process of 2 devices and 8 rows: the job's shard shape (4 rows), timed and kept
-    assert cpu.chosen(job, build(SPEC), cuda=False) == replicas().forms and len(measuring.measured) == 1
+    assert cpu_layout.chosen(job, build(SPEC), cuda=False) == replicas().forms and len(measuring.measured) == 1

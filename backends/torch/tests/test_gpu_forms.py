@@ -13,7 +13,7 @@ from multidev import nn, reference
 from multidev.testing import FLOAT64_RTOL, batch
 from multidev.rules.optimizers import Optimizer
 from multidev.testing import assert_states_close
-from multidev_torch import cpu, gpu
+from multidev_torch import cpu_layout, gpu
 
 
 def definition() -> nn.Model:
@@ -54,7 +54,7 @@ def test_an_unknown_form_is_one_line(monkeypatch):
 @pytest.mark.parametrize("batchnorm", ["local", "sync"])
 def test_nhwc_images_step_as_the_reference(monkeypatch, batchnorm):
     """Under channels_last the engine's float64 gradients, update and running statistics are the reference's."""
-    monkeypatch.setenv(cpu.ENV, "nhwc")
+    monkeypatch.setenv(cpu_layout.ENV, "nhwc")
     x, y = batch(SPEC, sum(SIZES))
     setup = multidev.Setup(SPEC, tuple(multidev.resolve_devices(devices=2)), batchnorm, "float64")
     reps = multidev.replicate(multidev.load_backend("torch"), setup, SPEC.init(2))
@@ -81,7 +81,7 @@ def test_nhwc_optimizer_state_resumes_as_the_canonical_layout_does(monkeypatch, 
     x, y = batch(SPEC, 16)
     ends = {}
     for form in ("nhwc", "nchw"):
-        monkeypatch.setenv(cpu.ENV, form)
+        monkeypatch.setenv(cpu_layout.ENV, form)
         setup = multidev.Setup(SPEC, tuple(multidev.resolve_devices(devices=2)), "sync", "float64",
                                optimizer=optimizer)
         reps = multidev.replicate(multidev.load_backend("torch"), setup, SPEC.init(2))
