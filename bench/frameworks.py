@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 
 def load_mxnet():
-    """MXNet 1.9.1 on numpy 1.24+: it reads ``numpy.bool``, which numpy 1.24 removed, so the alias is put back for
-    the import alone. With ``DMLC_ROLE`` naming a scheduler or server, MXNet serves at import, then exits."""
-    patched = "bool" not in np.__dict__
-    if patched:
-        np.bool = bool  # type: ignore[attr-defined]
-    try:
-        import mxnet
-    finally:
-        if patched:
-            del np.bool  # type: ignore[attr-defined]
-    return mxnet
+    """MXNet 1.9.1 as the engine loads it on numpy 1.24+ (the ``numpy.bool`` alias it reads put back for the import
+    alone): the engine's public door. With ``DMLC_ROLE`` naming a scheduler or server, MXNet serves at import, then
+    exits."""
+    from multidev_mxnet import load_mxnet as engine_load
+    return engine_load()
