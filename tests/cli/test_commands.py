@@ -48,6 +48,7 @@ def test_gpus_fall_back_with_one_warning_line(fake):
     assert proc.stdout.strip().endswith("on [cpu:0, cpu:1]")
 
 
+@pytest.mark.slow
 def test_backends_lists_engines_and_devices():
     proc = run("backends")
     assert proc.returncode == 0

@@ -22,6 +22,7 @@ def fake_installed(tmp_path, monkeypatch) -> None:
     monkeypatch.syspath_prepend(str((tmp_path / "engines").resolve()))  # compare checks the engines here first
 
 
+@pytest.mark.slow
 def test_compare_runs_every_combination_and_reports_failures(tmp_path):
     """An installed engine that fails (its framework is missing) is a row of the table; the others still run."""
     (tmp_path / "engines").mkdir()

@@ -25,6 +25,7 @@ def _missing() -> list[str]:
 
 @pytest.mark.skipif(bool(_missing()), reason=f"the docs' tools are not installed ({', '.join(_missing())}): "
                                              f"pip install mkdocs-material 'mkdocstrings[python]'")
+@pytest.mark.slow
 def test_the_site_builds_strictly(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],

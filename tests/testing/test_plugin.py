@@ -54,6 +54,7 @@ def test_the_kits_quick_checks_run_and_pass_by_default(engine_repository):
     assert "PytestUnknownMarkWarning" not in out and "Unknown pytest.mark" not in out, out[-3000:]
 
 
+@pytest.mark.slow
 def test_every_slow_test_is_deselected_by_default_and_runs_with_m_slow(engine_repository):
     default = pytest_in(engine_repository, "--collect-only", "-q")
     slow = collected(pytest_in(engine_repository, "--collect-only", "-q", "-m", "slow"))
@@ -65,6 +66,7 @@ def test_every_slow_test_is_deselected_by_default_and_runs_with_m_slow(engine_re
     assert sorted(everything) == sorted(quick + slow)
 
 
+@pytest.mark.slow
 def test_slow_is_registered_once_here_and_in_the_engine(engine_repository):
     for folder in (ROOT, engine_repository):
         proc = pytest_in(folder, "--markers")

@@ -98,6 +98,7 @@ def test_bad_env_override_is_one_clear_line():
                  marks=pytest.mark.slow),  # a second JAX start for the same message: the quick suite keeps one
     ("jax.devices()", 1),  # JAX started with its default before the engine could set it
 ], ids=["user-set", "default"])
+@pytest.mark.slow
 def test_more_devices_than_jax_started_with_is_a_clear_error(start, started_with):
     """JAX started before the engine: asking for one device more says what to do, no traceback."""
     k = started_with + 1

@@ -94,6 +94,7 @@ def test_which_runs_can_split(monkeypatch, cores, have, devices, omp, env, want)
     assert parts.split_parts(named, 2, available) == 1, "a job's processes never split"
 
 
+@pytest.mark.slow
 def test_a_split_run_trains_as_the_whole_one(monkeypatch, cores):
     """``multidev.train`` as a user runs it, the split pinned: the same epoch, within float32's rounding."""
     cores(2)
@@ -123,6 +124,7 @@ for devices, batchnorm, form in ((2, "local", "whole"), (2, "sync", "whole"), (1
 """
 
 
+@pytest.mark.slow
 def test_the_programs_do_not_depend_on_pythons_hash_seed(tmp_path):
     """A job's processes must compile the same program (or wait for ever for each other's executables).
 

@@ -44,6 +44,7 @@ def run_python(code: str, **env: str | None) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.slow
 def test_import_multidev_loads_no_mxnet_and_no_numpy_bool():
     proc = run_python("""
         import sys
@@ -62,6 +63,7 @@ def test_import_multidev_loads_no_mxnet_and_no_numpy_bool():
         assert (had, has) == ("False", "False"), "the numpy.bool alias leaked out of the engine's MXNet import"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("given", [None, "1"], ids=["unset", "set"])
 def test_thread_count_is_reported_and_the_environment_left_alone(given):
     """The engine sets no variable: it reports MXNet's thread count, and warns when MXNet took half the cores."""
