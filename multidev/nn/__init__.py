@@ -15,12 +15,14 @@ so does the class count of a last ``Dense()``. ``Sequential`` and
 
 from multidev.nn.graph import Graph, Input, Model, Residual, Sequential
 from multidev.nn.layers import (GELU, Add, AvgPool2d, BatchNorm, Concat, Conv2d, Dense, Dropout, Flatten, GlobalAvgPool,
-                                Layer, LayerNorm, MaxPool2d, ReLU, Sigmoid, Tanh)
+                                HardSigmoid, HardSwish, Layer, LayerNorm, LeakyReLU, MaxPool2d, Mul, ReLU, ReLU6, Sigmoid,
+                                SiLU, Tanh)
 from multidev.nn.zoo import ZOO, convnet, lenet, mlp, resnet18
 
 __all__ = ["Add", "AvgPool2d", "BatchNorm", "Concat", "Conv2d", "Dense", "Dropout", "Flatten", "GELU",
-           "GlobalAvgPool", "Graph", "Input", "Layer", "LayerNorm", "MaxPool2d", "Model", "ReLU", "Residual",
-           "Sequential", "Sigmoid", "Tanh", "ZOO", "convnet", "from_onnx", "lenet", "mlp", "resnet18", "to_onnx"]
+           "GlobalAvgPool", "Graph", "HardSigmoid", "HardSwish", "Input", "Layer", "LayerNorm", "LeakyReLU",
+           "MaxPool2d", "Model", "Mul", "ReLU", "ReLU6", "Residual", "Sequential", "SiLU", "Sigmoid", "Tanh",
+           "ZOO", "convnet", "from_onnx", "lenet", "mlp", "resnet18", "to_onnx"]
 
 
 def __getattr__(name: str):

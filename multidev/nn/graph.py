@@ -271,6 +271,11 @@ class Graph:
             if missing or not inputs:
                 raise MultidevError(f"node {name!r} takes {', '.join(map(repr, missing)) or 'no input'}, not a node "
                                     f"before it: list every node after its inputs ('input' is the model's input)")
-            nodes.append(NodeSpec(name, LAYERS[layer](**args), inputs))
+            try:
+                built = LAYERS[layer](**args)
+            except TypeError:
+                raise MultidevError(f"node {name!r}: {layer} takes no argument {', '.join(map(repr, args))} of this "
+                                    f"multidev's: the definition is from a newer multidev, upgrade multidev") from None
+            nodes.append(NodeSpec(name, built, inputs))
             known.add(name)
         return cls(tuple(nodes))

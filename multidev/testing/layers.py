@@ -33,7 +33,7 @@ def _joined(join: type) -> Callable[[], nn.Model]:
     """Two convolutions of the input joined by ``join`` (Add needs equal channels, Concat does not)."""
     def build() -> nn.Model:
         x = nn.Input()
-        a, b = nn.Conv2d(3, 3, padding=1)(x), nn.Conv2d(3 if join is nn.Add else 2, 1)(x)
+        a, b = nn.Conv2d(3, 3, padding=1)(x), nn.Conv2d(2 if join is nn.Concat else 3, 1)(x)
         return nn.Model(x, nn.Dense()(nn.Flatten()(join()(a, b))))
     return build
 
@@ -44,6 +44,14 @@ def _blocks_cut() -> nn.Model:
     x = nn.Input()
     parts = [nn.Conv2d(4, 3, padding=1)(x), nn.Conv2d(4, 1)(x), nn.Conv2d(8, 1)(x)]
     return nn.Model(x, nn.Dense()(nn.Flatten()(nn.Conv2d(16, 3, padding=1)(nn.Concat()(*parts)))))
+
+
+def _gated() -> nn.Model:
+    """Squeeze-and-excitation: images (C, H, W) times a gate (C, 1, 1) computed from their channel means."""
+    x = nn.Input()
+    a = nn.Conv2d(3, 3, padding=1)(x)
+    gate = nn.Sigmoid()(nn.Conv2d(3, 1)(nn.SiLU()(nn.Conv2d(2, 1)(nn.GlobalAvgPool(keepdims=True)(a)))))
+    return nn.Model(x, nn.Dense()(nn.Flatten()(nn.Mul()(a, gate))))
 
 
 def _alone(layer: nn.Layer, images: bool = True) -> Callable[[], nn.Sequential]:
@@ -74,7 +82,35 @@ LAYER_CASES: dict[str, tuple[Callable[[], object], tuple[int, ...]]] = {
     "Dropout-images": (_alone(nn.Dropout(0.25)), IMAGES),
     "Add": (_joined(nn.Add), IMAGES),
     "Concat": (_joined(nn.Concat), IMAGES),
+    # the vocabulary of today's convolutional networks (torchvision's classifiers)
+    "Conv2d-depthwise": (_alone(nn.Conv2d(2, 3, padding=1, groups=2)), IMAGES),
+    "Conv2d-groups-2": (_alone(nn.Conv2d(4, 3, padding=1, groups=2, bias=False)), IMAGES),
+    "Conv2d-dilation-2": (_alone(nn.Conv2d(3, 3, padding=2, dilation=2)), IMAGES),
+    "Conv2d-four-sides": (_alone(nn.Conv2d(3, 3, stride=2, padding=(0, 1, 1, 2))), IMAGES),
+    "Conv2d-same-stride-2": (_alone(nn.Conv2d(3, 3, stride=2, padding="same")), IMAGES),
+    "MaxPool2d-padded": (_alone(nn.MaxPool2d(3, stride=2, padding=1)), IMAGES),
+    "MaxPool2d-ceil": (_alone(nn.MaxPool2d(3, stride=2, ceil_mode=True)), IMAGES),
+    "AvgPool2d-padded": (_alone(nn.AvgPool2d(3, stride=2, padding=1)), IMAGES),
+    "AvgPool2d-padded-not-counted": (_alone(nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)), IMAGES),
+    "AvgPool2d-padded-ceil": (_alone(nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True)), IMAGES),
+    "BatchNorm-eps-momentum": (_alone(nn.BatchNorm(eps=1e-3, momentum=0.01)), IMAGES),
+    "LayerNorm-eps": (_alone(nn.LayerNorm(eps=1e-6), images=False), FEATURES),
+    "GELU-tanh": (_alone(nn.GELU(approximate="tanh"), images=False), FEATURES),
+    "ReLU6": (_alone(nn.ReLU6(), images=False), FEATURES),
+    "LeakyReLU": (_alone(nn.LeakyReLU(0.2), images=False), FEATURES),
+    "SiLU": (_alone(nn.SiLU(), images=False), FEATURES),
+    "HardSigmoid": (_alone(nn.HardSigmoid(), images=False), FEATURES),
+    "HardSwish": (_alone(nn.HardSwish(), images=False), FEATURES),
+    "GlobalAvgPool-keepdims": (lambda: nn.Sequential(nn.GlobalAvgPool(keepdims=True), nn.Flatten(), nn.Dense()),
+                               IMAGES),
+    "Mul": (_joined(nn.Mul), IMAGES),
+    "Mul-gate": (_gated, IMAGES),
 }
+#: the cases the quick suite runs (the rest run with -m slow): each engine path once
+QUICK_LAYER_CASES = ("Conv2d", "Conv2d-stride-2-no-bias", "Dense", "BatchNorm-images", "BatchNorm-features",
+                     "LayerNorm-images", "ReLU", "GELU", "MaxPool2d-3-stride-2", "AvgPool2d", "GlobalAvgPool",
+                     "Dropout-images", "Add", "Concat", "Conv2d-depthwise", "Conv2d-four-sides", "MaxPool2d-ceil",
+                     "AvgPool2d-padded-ceil", "BatchNorm-eps-momentum", "HardSwish", "Mul-gate")
 
 
 def random_definition(seed: int) -> nn.Model:
@@ -159,7 +195,7 @@ class LayerChecks(EngineFixtures):
         k = self.two_or_one(engine)
         self._judge(engine, spec, k, "a concatenation into a convolution", dtype=("float32", CROSS_ENGINE_RTOL))
 
-    @pytest.mark.parametrize("case", list(LAYER_CASES))
+    @pytest.mark.parametrize("case", quick(list(LAYER_CASES), QUICK_LAYER_CASES))
     def test_each_layer_alone_equals_float64_truth(self, engine, case):
         build, shape = LAYER_CASES[case]
         spec = ModelSpec(case, shape, 3, build().graph())
