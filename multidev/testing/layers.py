@@ -209,6 +209,24 @@ class LayerChecks(EngineFixtures):
         batchnorm = "sync" if seed == 1 and "sync_batchnorm" in engine.capabilities else "local"
         self._judge(engine, spec, min(k, 3), f"random definition {seed} ({batchnorm} BatchNorm)", batchnorm)
 
+    def test_a_definition_without_parameters_predicts_and_steps(self, engine):
+        """An imported graph of operations only: it predicts, and a training step reports the loss and changes no
+        state (there is nothing to train), on every engine alike."""
+        spec = ModelSpec("no-parameters", IMAGES, IMAGES[0], nn.Sequential(nn.ReLU(), nn.GlobalAvgPool()).graph())
+        dtype, rtol = self.dtype(engine)
+        x, y = batch(spec, 7, seed=5)
+        sizes = shard_sizes(len(x), self.two_or_one(engine))
+        reps = self.make(engine, spec, len(sizes), state=spec.init(1), dtype=dtype)
+        want = reference.predict(spec, {}, x)
+        assert_states_close({"logits": reps.predict(reps.place(cut(x, None, sizes)))}, {"logits": want}, rtol=rtol,
+                            promise="models: a definition without parameters does not predict the float64 truth")
+        stats = reps.train_step(reps.place(cut(x, y, sizes)), lr=0.1)
+        shifted = want - want.max(axis=1, keepdims=True)
+        loss = float(-(shifted[np.arange(len(y)), y] - np.log(np.exp(shifted).sum(axis=1))).sum())
+        assert stats.count == len(x) and abs(stats.loss_sum - loss) <= 1e-4 * abs(loss), \
+            f"models: a step of a definition without parameters reports {stats}, the loss sum is {loss:.6g}"
+        assert reps.state() == {}, "models: a definition without parameters has state after a step"
+
     def test_dropout_is_the_same_on_every_device_count(self, engine):
         """The core's masks: k devices drop what one device drops, so k devices take one device's step."""
         # no BatchNorm: local statistics are each shard's own, so only a step without them is one device's
