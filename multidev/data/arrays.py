@@ -74,11 +74,6 @@ def labels(y: object, rows: int, what: str) -> np.ndarray:
     return y.astype(np.int64)
 
 
-def held_out(rows: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(training rows, test rows), sorted, for rows whose labels are not read yet: one class to stratify."""
-    return stratified(np.zeros(rows, np.int64), fraction, seed)
-
-
 def _held_out(x: np.ndarray, y: np.ndarray, fraction: float, seed: int):
     train, test = stratified(y, fraction, seed)
     return x[train], y[train], x[test], y[test]

@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from multidev.data.arrays import LAYOUTS, check_kind, class_count, held_out, labels, sample_shape
+from multidev.data.arrays import LAYOUTS, check_kind, class_count, labels, sample_shape
 from multidev.data.dataset import Dataset
+from multidev.data.holdout import stratified
 from multidev.data.rows import Rows, floats, in_core_layout
 from multidev.errors import MultidevError, first_line
 
@@ -193,8 +194,10 @@ def _label_values(split: Any, column: str, what: str) -> np.ndarray:
     return labels(values, len(split), what)
 
 
-def _splits(loaded: Any, path: Path, fraction: float, seed: int) -> list[tuple[Any, np.ndarray, str]]:
-    """(split, its rows, its name) for training and for testing: the dict's test split, else a held-out fraction."""
+def _splits(loaded: Any, path: Path, fraction: float, seed: int, label_column: str) \
+        -> list[tuple[Any, np.ndarray, str]]:
+    """(split, its rows, its name) for training and for testing: the dict's test split, else a held-out fraction,
+    class by class as every reader holds one out."""
     datasets = _datasets()
     if isinstance(loaded, datasets.DatasetDict):
         if "train" not in loaded:
@@ -209,7 +212,8 @@ def _splits(loaded: Any, path: Path, fraction: float, seed: int) -> list[tuple[A
         where = "the train split"
     else:
         train, where = loaded, "the data set"
-    rows, held = held_out(len(train), fraction, seed)
+    _lacking(train, label_column, "label", where)
+    rows, held = stratified(_label_values(train, label_column, f"{where}'s {label_column!r} column"), fraction, seed)
     return [(train, rows, where), (train, held, where)]
 
 
@@ -248,7 +252,7 @@ def load(path: str | Path, *, image_column: str = "image", label_column: str = "
     if layout not in LAYOUTS:
         raise MultidevError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     path = Path(path)
-    (train, rows, where), (test, held, test_where) = _splits(_open(path), path, test_fraction, seed)
+    (train, rows, where), (test, held, test_where) = _splits(_open(path), path, test_fraction, seed, label_column)
     for split, place in ((train, where), (test, test_where)):
         _lacking(split, image_column, "image", place)
         _lacking(split, label_column, "label", place)

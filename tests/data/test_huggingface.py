@@ -211,3 +211,18 @@ def test_a_run_trains_on_a_saved_set_by_its_columns(tmp_path):
     result = train(FakeEngine(), dataset=path, image_column="picture", label_column="kind", epochs=1, batch_size=8,
                    model="mlp", augment="flip", normalize="auto")
     assert result.dataset == "renamed" and result.test_total == 4  # a seeded fifth held out
+
+
+def test_a_set_without_test_split_holds_out_class_by_class_as_arrays_do(tmp_path):
+    """The one hold-out rule of every reader: a saved set and the same arrays hold out the same rows."""
+    from multidev.data import arrays
+
+    y = np.repeat(np.arange(7), [4, 3, 3, 2, 2, 2, 2])
+    x = np.random.default_rng(1).integers(0, 256, (18, 1, 4, 4), dtype=np.uint8)
+    path = tmp_path / "uneven"
+    datasets.Dataset.from_dict({"image": x.astype(np.float32) / 255, "label": y}).save_to_disk(str(path))
+    data = huggingface.load(path, test_fraction=0.4, seed=5)
+    assert sorted(data.y_test.tolist()) == list(range(7)) and set(data.y_train.tolist()) == set(range(7))
+    same = arrays(x, y, test_fraction=0.4, seed=5)
+    assert np.array_equal(data.y_test, same.y_test)
+    np.testing.assert_allclose(np.asarray(data.x_test), np.asarray(same.x_test), rtol=1e-6)
