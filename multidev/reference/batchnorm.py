@@ -43,17 +43,20 @@ def _over_s(parts: list, sync: bool) -> list:
 
 
 class BatchNorm:
-    """One BatchNorm layer, run on every active device at once (see ``model.Run``)."""
+    """One BatchNorm layer, run on every active device at once (see ``model.Run``).
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    ``eps`` and ``momentum`` are the layer's (``multidev.nn.BatchNorm``): the contract's constants are only defaults.
+    """
+
+    def __init__(self, name: str, eps: float = BN_EPS, momentum: float = BN_MOMENTUM) -> None:
+        self.name, self.eps, self.momentum = name, eps, momentum
         self.saved: list = []
 
     def forward(self, run, xs: list[np.ndarray]) -> list[np.ndarray]:
         names = [f"{self.name}.{k}" for k in ("gamma", "beta", "running_mean", "running_var")]
         gamma, beta, r_mean, r_var = ([p[n] for p in run.params] for n in names)
         if not run.train:  # inference: the running statistics, nothing to exchange
-            return [_per_channel(g / np.sqrt(v + BN_EPS), x.ndim) * (x - _per_channel(m, x.ndim))
+            return [_per_channel(g / np.sqrt(v + self.eps), x.ndim) * (x - _per_channel(m, x.ndim))
                     + _per_channel(b, x.ndim) for x, g, b, m, v in zip(xs, gamma, beta, r_mean, r_var)]
 
         nd, axes = xs[0].ndim, _axes(xs[0])
@@ -63,14 +66,14 @@ class BatchNorm:
         # Two passes (mean, then the mean square about it), as one device computes
         # it: E[x^2] - E[x]^2 in float32 would lose the digits the kit checks.
         variances = [s / n for s, n in zip(_over_s([(c * c).sum(axis=axes) for c in centred], run.sync), counts)]
-        inv_std = [1.0 / np.sqrt(v + BN_EPS) for v in variances]
+        inv_std = [1.0 / np.sqrt(v + self.eps) for v in variances]
 
         if run.update_stats:
             # Biased variance (divided by n): the contract's choice. Replicas
             # are made identical again afterwards, in parallel.py.
             for p, m, v in zip(run.params, means, variances):
-                p[names[2]] = (1 - BN_MOMENTUM) * p[names[2]] + BN_MOMENTUM * m
-                p[names[3]] = (1 - BN_MOMENTUM) * p[names[3]] + BN_MOMENTUM * v
+                p[names[2]] = (1 - self.momentum) * p[names[2]] + self.momentum * m
+                p[names[3]] = (1 - self.momentum) * p[names[3]] + self.momentum * v
 
         xhat = [c * _per_channel(s, nd) for c, s in zip(centred, inv_std)]
         self.saved = list(zip(xhat, inv_std, gamma, counts))

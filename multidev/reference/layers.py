@@ -13,56 +13,99 @@ the truth that float32 results are judged against.
 
 from __future__ import annotations
 
+from typing import Sequence, Union
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 
 # Convolution ------------------------------------------------------------------
-def _windows(x: np.ndarray, kh: int, kw: int, stride: int) -> np.ndarray:
-    """(n, c, oh, ow, kh, kw): every window of an NCHW array, a view; oh = (h - kh) // stride + 1 (floor)."""
-    return sliding_window_view(x, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]
+Padding = Union[int, Sequence[int]]  # every side, or (top, bottom, left, right) as ``multidev.nn``'s ``sides()``
 
 
-def _col2im(dcols: np.ndarray, x_shape, stride: int, padding: int, dtype) -> np.ndarray:
+def _sides(padding: Padding) -> tuple[int, int, int, int]:
+    if isinstance(padding, (int, np.integer)):
+        return (int(padding),) * 4
+    top, bottom, left, right = padding
+    return top, bottom, left, right
+
+
+def _pad(x: np.ndarray, padding: Padding, extra: tuple[int, int] = (0, 0), value: float = 0.0) -> np.ndarray:
+    """x with ``padding`` around its H and W, and ``extra`` more rows and columns after them (ceil_mode's)."""
+    top, bottom, left, right = _sides(padding)
+    return np.pad(x, ((0, 0), (0, 0), (top, bottom + extra[0]), (left, right + extra[1])), constant_values=value)
+
+
+def _windows(x: np.ndarray, kh: int, kw: int, stride: int, dilation: int = 1) -> np.ndarray:
+    """(n, c, oh, ow, kh, kw): every window of an NCHW array, a view; oh = (h - span) // stride + 1 (floor).
+
+    A dilated window spans dilation * (k - 1) + 1 pixels and takes every ``dilation``-th of them.
+    """
+    spans = (dilation * (kh - 1) + 1, dilation * (kw - 1) + 1)
+    return sliding_window_view(x, spans, axis=(2, 3))[:, :, ::stride, ::stride, ::dilation, ::dilation]
+
+
+def _col2im(dcols: np.ndarray, x_shape, stride: int, padding: Padding, dtype, dilation: int = 1,
+            extra: tuple[int, int] = (0, 0)) -> np.ndarray:
     """The gradient of an input from its windows' gradients (n, c, oh, ow, kh, kw): :func:`_windows` reversed.
 
     Each window position sent its pixels to every output it overlaps: add the
     gradient back to the same pixels (col2im), accumulating where windows
-    overlap. kh * kw slices, not a per-pixel loop; pixels no window covers get 0.
+    overlap. kh * kw slices, not a per-pixel loop; pixels no window covers get
+    0, and so does the padding, which is cut off at the end.
     """
     oh, ow, kh, kw = dcols.shape[2:]
     n, c, h, wd = x_shape
-    dxp = np.zeros((n, c, h + 2 * padding, wd + 2 * padding), dtype)
+    top, bottom, left, right = _sides(padding)
+    dxp = np.zeros((n, c, top + h + bottom + extra[0], left + wd + right + extra[1]), dtype)
     for i in range(kh):
         for j in range(kw):
-            dxp[:, :, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride] += dcols[..., i, j]
-    return dxp[:, :, padding:padding + h, padding:padding + wd]
+            r, q = i * dilation, j * dilation
+            dxp[:, :, r:r + stride * (oh - 1) + 1:stride, q:q + stride * (ow - 1) + 1:stride] += dcols[..., i, j]
+    return dxp[:, :, top:top + h, left:left + wd]
 
 
-def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: int, padding: int):
+def _groups(a: np.ndarray, groups: int, axis: int) -> list[np.ndarray]:
+    """Views of ``a``'s equal parts along ``axis``, one per group."""
+    size = a.shape[axis] // groups
+    return [a[(slice(None),) * axis + (slice(g * size, (g + 1) * size),)] for g in range(groups)]
+
+
+def _join(parts: list[np.ndarray], axis: int) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=axis)
+
+
+def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: int, padding: Padding = 0,
+           groups: int = 1, dilation: int = 1):
     """Cross-correlation (as every framework's "convolution"), im2col by a strided view.
 
-    Any kernel (kh, kw) from the weight's OIHW shape, one stride and one zero
-    padding for both axes; output (h + 2 * padding - kh) // stride + 1 rows
-    (floor, as torch, ONNX and Keras "valid" on the padded input).
+    Any kernel (kh, kw) from the weight's OIHW shape (O, C / groups, kh, kw),
+    one stride and one dilation for both axes, zero ``padding`` (one number or
+    four sides); output (h + top + bottom - span) // stride + 1 rows (floor, as
+    torch, ONNX and Keras "valid" on the padded input). Group g's filters see
+    only group g's channels, and its outputs come g-th (torch's order).
     """
     kh, kw = w.shape[2:]
-    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     # (n, c, oh, ow, kh, kw): a view, no copy; tensordot makes the one im2col copy.
-    windows = _windows(xp, kh, kw, stride)
-    y = np.tensordot(windows, w, axes=([1, 4, 5], [1, 2, 3]))  # (n, oh, ow, o): one matrix product
+    windows = _windows(_pad(x, padding), kh, kw, stride, dilation)
+    parts = [np.tensordot(win, wg, axes=([1, 4, 5], [1, 2, 3]))  # (n, oh, ow, o / groups): one matrix product
+             for win, wg in zip(_groups(windows, groups, 1), _groups(w, groups, 0))]
+    y = _join(parts, 3)
     if b is not None:
         y += b
-    return np.ascontiguousarray(y.transpose(0, 3, 1, 2)), (x.shape, windows, w, stride, padding)
+    return np.ascontiguousarray(y.transpose(0, 3, 1, 2)), (x.shape, windows, w, stride, padding, groups, dilation)
 
 
 def conv2d_backward(dy: np.ndarray, cache):
-    """Gradients of the input, the weight and the bias."""
-    x_shape, windows, w, stride, padding = cache
-    dw = np.tensordot(dy, windows, axes=([0, 2, 3], [0, 2, 3]))  # (o, c, kh, kw)
+    """Gradients of the input, the weight and the bias; each group's from its own channels and filters."""
+    x_shape, windows, w, stride, padding, groups, dilation = cache
+    dys, ws = _groups(dy, groups, 1), _groups(w, groups, 0)
+    dw = _join([np.tensordot(d, win, axes=([0, 2, 3], [0, 2, 3]))  # (o / groups, c / groups, kh, kw)
+                for d, win in zip(dys, _groups(windows, groups, 1))], 0)
     db = dy.sum(axis=(0, 2, 3))
-    dcols = np.tensordot(dy, w, axes=([1], [0])).transpose(0, 3, 1, 2, 4, 5)  # (n, c, oh, ow, kh, kw)
-    return _col2im(dcols, x_shape, stride, padding, dy.dtype), dw, db
+    dcols = _join([np.tensordot(d, wg, axes=([1], [0])) for d, wg in zip(dys, ws)], 3)  # (n, oh, ow, c, kh, kw)
+    dx = _col2im(dcols.transpose(0, 3, 1, 2, 4, 5), x_shape, stride, padding, dy.dtype, dilation)
+    return dx, dw, db
 
 
 # Pooling ----------------------------------------------------------------------
@@ -81,59 +124,87 @@ def avg_pool2_backward(dy: np.ndarray, x_shape) -> np.ndarray:
     return dx
 
 
-def _pool_windows(x: np.ndarray, k: int, stride: int | None):
+def _pool_windows(x: np.ndarray, k: int, stride: int | None, padding: Padding = 0,
+                  extra: tuple[int, int] = (0, 0), value: float = 0.0):
     stride = k if stride is None else stride
-    if k < 1 or stride < 1 or k > min(x.shape[2:]):
-        raise ValueError(f"pooling window {k} (stride {stride}) does not fit an input of {x.shape[2]}x{x.shape[3]}")
-    return _windows(x, k, k, stride), stride
+    xp = _pad(x, padding, extra, value)
+    if k < 1 or stride < 1 or k > min(xp.shape[2:]):
+        raise ValueError(f"pooling window {k} (stride {stride}) does not fit an input of {x.shape[2]}x{x.shape[3]}"
+                         f" padded by {padding}")
+    return _windows(xp, k, k, stride), stride
 
 
-def max_pool2d(x: np.ndarray, k: int, stride: int | None = None):
-    """k x k max pooling of NCHW, stride ``stride`` (k when None), no padding, floor output size.
+def max_pool2d(x: np.ndarray, k: int, stride: int | None = None, padding: Padding = 0,
+               extra: tuple[int, int] = (0, 0)):
+    """k x k max pooling of NCHW, stride ``stride`` (k when None), floor output size of the padded input.
 
-    Ties: the window's *first* maximum in row-major order (lowest row, then
-    lowest column) is the one that took the output and gets the gradient, as in
+    The padding and ``extra`` (ceil_mode's positions past the padding, bottom
+    and right) hold -inf, so no window takes them: torch's rule. Ties: the
+    window's *first* maximum in row-major order (lowest row, then lowest
+    column) is the one that took the output and gets the gradient, as in
     torch's max_pool2d (its argmax indices) and ONNX MaxPool's Indices; where
     windows overlap (stride < k) a pixel gets the sum from every window it won.
     """
-    windows, stride = _pool_windows(x, k, stride)
+    windows, stride = _pool_windows(x, k, stride, padding, extra, -np.inf)
     flat = windows.reshape(windows.shape[:4] + (k * k,))
     first = flat.argmax(axis=-1)  # argmax returns the first maximum
     y = np.take_along_axis(flat, first[..., None], axis=-1)[..., 0]
-    return y, (x.shape, first, k, stride)
+    return y, ((x.shape, padding, extra), first, k, stride)
 
 
 def max_pool2d_backward(dy: np.ndarray, cache) -> np.ndarray:
-    x_shape, first, k, stride = cache
+    (x_shape, padding, extra), first, k, stride = cache
     winner = first[..., None] == np.arange(k * k)  # (n, c, oh, ow, k * k): one True per window
     dcols = np.where(winner, dy[..., None], dy.dtype.type(0)).reshape(dy.shape + (k, k))
-    return _col2im(dcols, x_shape, stride, 0, dy.dtype)
+    return _col2im(dcols, x_shape, stride, padding, dy.dtype, 1, extra)
 
 
-def avg_pool2d(x: np.ndarray, k: int, stride: int | None = None):
-    """k x k average pooling of NCHW, stride ``stride`` (k when None), no padding, floor output size.
+def _counts(n: int, k: int, stride: int, before: int, after: int, outs: int, include_pad: bool) -> np.ndarray:
+    """How many positions of each window along one axis the mean divides by (torch's avg_pool2d divisor).
 
-    Leftover rows and columns that no window reaches are dropped and get no
-    gradient (:func:`avg_pool2` is the case k = stride = 2).
+    With the padding: the window clipped to the padded extent, so never
+    ceil_mode's positions past it; without: the input's pixels only.
     """
-    windows, stride = _pool_windows(x, k, stride)
-    return windows.mean(axis=(4, 5)), (x.shape, k, stride)
+    starts = np.arange(outs) * stride - before
+    if include_pad:
+        return np.minimum(starts + k, n + after) - starts
+    return np.minimum(starts + k, n) - np.maximum(starts, 0)
+
+
+def avg_pool2d(x: np.ndarray, k: int, stride: int | None = None, padding: Padding = 0,
+               extra: tuple[int, int] = (0, 0), count_include_pad: bool = True):
+    """k x k average pooling of NCHW, stride ``stride`` (k when None), floor output size of the padded input.
+
+    Padding and ``extra`` (ceil_mode's positions past the padding) add zeros
+    to the sums; the divisor is :func:`_counts`'. Leftover rows and columns
+    that no window reaches are dropped and get no gradient (:func:`avg_pool2`
+    is the case k = stride = 2).
+    """
+    windows, stride = _pool_windows(x, k, stride, padding, extra)
+    top, bottom, left, right = _sides(padding)
+    oh, ow = windows.shape[2:4]
+    rows = _counts(x.shape[2], k, stride, top, bottom, oh, count_include_pad)
+    cols = _counts(x.shape[3], k, stride, left, right, ow, count_include_pad)
+    divisor = (rows[:, None] * cols[None, :]).astype(x.dtype)
+    return windows.sum(axis=(4, 5)) / divisor, ((x.shape, padding, extra), divisor, k, stride)
 
 
 def avg_pool2d_backward(dy: np.ndarray, cache) -> np.ndarray:
-    x_shape, k, stride = cache
-    share = dy / dy.dtype.type(k * k)  # each pixel of a window had an equal share of its mean
+    (x_shape, padding, extra), divisor, k, stride = cache
+    share = dy / divisor  # each position of a window had an equal share of its mean
     dcols = np.broadcast_to(share[..., None, None], dy.shape + (k, k))
-    return _col2im(dcols, x_shape, stride, 0, dy.dtype)
+    return _col2im(dcols, x_shape, stride, padding, dy.dtype, 1, extra)
 
 
-def global_avg_pool(x: np.ndarray):
-    return x.mean(axis=(2, 3)), x.shape
+def global_avg_pool(x: np.ndarray, keepdims: bool = False):
+    """Each channel's mean: (n, c), or (n, c, 1, 1) with ``keepdims``."""
+    return x.mean(axis=(2, 3), keepdims=keepdims), x.shape
 
 
 def global_avg_pool_backward(dy: np.ndarray, x_shape) -> np.ndarray:
     h, w = x_shape[2:]
-    return np.broadcast_to((dy / (h * w))[:, :, None, None], x_shape).copy()  # every pixel had an equal share
+    share = dy.reshape(tuple(x_shape[:2]) + (1, 1)) / (h * w)  # every pixel had an equal share
+    return np.broadcast_to(share, x_shape).copy()
 
 
 # Activations ------------------------------------------------------------------
@@ -146,25 +217,57 @@ def relu_backward(dy: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return dy * mask
 
 
-def gelu(x: np.ndarray):
-    """GELU, the exact form x * Phi(x) = x / 2 * (1 + erf(x / sqrt(2))).
+def relu6(x: np.ndarray):
+    """min(max(x, 0), 6); the gradient flows only strictly inside (0, 6), as torch's hardtanh."""
+    return np.minimum(np.maximum(x, 0), 6), (x > 0) & (x < 6)
 
-    The default of torch.nn.GELU() (approximate="none") and of ONNX Gelu; not
-    the tanh approximation (Keras' and JAX's default is approximate=True, so an
-    engine on those must ask for the exact form). erf is scipy's (installed
-    with scikit-learn), which keeps float32 as float32.
+
+def relu6_backward(dy: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    return dy * inside
+
+
+def leaky_relu(x: np.ndarray, negative_slope: float = 0.01):
+    slope = x.dtype.type(negative_slope)
+    positive = x > 0
+    return np.where(positive, x, x * slope), (positive, slope)
+
+
+def leaky_relu_backward(dy: np.ndarray, cache) -> np.ndarray:
+    positive, slope = cache
+    return np.where(positive, dy, dy * slope)
+
+
+def gelu(x: np.ndarray, approximate: str = "none"):
+    """GELU: the exact form x * Phi(x) = x / 2 * (1 + erf(x / sqrt(2))), or ``approximate="tanh"``'s.
+
+    The exact form is the default of torch.nn.GELU() and of ONNX Gelu (Keras'
+    and JAX's default is approximate=True, so an engine on those must ask for
+    the exact form). erf is scipy's (installed with scikit-learn), which keeps
+    float32 as float32.
     """
+    if approximate == "tanh":
+        return _gelu_tanh(x)
     from scipy.special import erf  # imported here: only models with GELU need scipy
 
     t = x.dtype.type
     cdf = t(0.5) * (t(1) + erf(x * t(1 / np.sqrt(2))))
-    return x * cdf, (x, cdf)
+    return x * cdf, (x, cdf, None)
+
+
+def _gelu_tanh(x: np.ndarray):
+    """x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))), in torch's order of operations."""
+    t = x.dtype.type
+    th = np.tanh(t(np.sqrt(2 / np.pi)) * (x + t(0.044715) * (x * x * x)))
+    return t(0.5) * x * (t(1) + th), (x, None, th)
 
 
 def gelu_backward(dy: np.ndarray, cache) -> np.ndarray:
-    """d/dx x Phi(x) = Phi(x) + x phi(x), phi the standard normal density."""
-    x, cdf = cache
+    """d/dx x Phi(x) = Phi(x) + x phi(x), phi the standard normal density; the tanh form's derivative by hand."""
+    x, cdf, th = cache
     t = x.dtype.type
+    if th is not None:
+        inner = t(np.sqrt(2 / np.pi)) * (t(1) + t(3 * 0.044715) * (x * x))
+        return dy * (t(0.5) * (t(1) + th) + t(0.5) * x * (t(1) - th * th) * inner)
     pdf = np.exp(t(-0.5) * x * x) * t(1 / np.sqrt(2 * np.pi))
     return dy * (cdf + x * pdf)
 
@@ -190,6 +293,45 @@ def sigmoid_backward(dy: np.ndarray, e: np.ndarray) -> np.ndarray:
     """sigmoid' = y (1 - y) = e / (1 + e)^2 with e = exp(-|x|): even in x, and exact where y rounds to 1."""
     one = e.dtype.type(1)
     return dy * (e / ((one + e) * (one + e)))
+
+
+def silu(x: np.ndarray):
+    """x * sigmoid(x), the sigmoid as :func:`sigmoid` computes it (no overflow)."""
+    y, _ = sigmoid(x)
+    return x * y, (x, y)
+
+
+def silu_backward(dy: np.ndarray, cache) -> np.ndarray:
+    """sigmoid(x) (1 + x (1 - sigmoid(x))), torch's form."""
+    x, y = cache
+    one = x.dtype.type(1)
+    return dy * (y * (one + x * (one - y)))
+
+
+def hard_sigmoid(x: np.ndarray):
+    """min(max(x + 3, 0), 6) / 6, torch's order; the gradient 1/6 strictly inside (-3, 3), else 0.
+
+    torch's backward multiplies by 1/6 rounded to float32 (3e-8 off); this is the exact 1/6.
+    """
+    t = x.dtype.type
+    return np.minimum(np.maximum(x + t(3), t(0)), t(6)) / t(6), (x > -3) & (x < 3)
+
+
+def hard_sigmoid_backward(dy: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    return np.where(inside, dy / dy.dtype.type(6), dy.dtype.type(0))
+
+
+def hard_swish(x: np.ndarray):
+    """x * min(max(x + 3, 0), 6) / 6, torch's order."""
+    t = x.dtype.type
+    return x * np.minimum(np.maximum(x + t(3), t(0)), t(6)) / t(6), x
+
+
+def hard_swish_backward(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """torch's: 0 up to -3, x / 3 + 1/2 strictly inside (-3, 3), 1 from 3 on (one-sided at the kinks)."""
+    t = x.dtype.type
+    slope = np.where(x <= -3, t(0), np.where(x < 3, x / t(3) + t(0.5), t(1)))
+    return dy * slope
 
 
 # Normalisation, dropout -------------------------------------------------------
@@ -279,6 +421,35 @@ def add(xs):
 def add_backward(dy: np.ndarray, count: int) -> list:
     """Every input gets the whole gradient (one copy each)."""
     return [dy.copy() for _ in range(count)]
+
+
+def _expand(x: np.ndarray, rank: int) -> np.ndarray:
+    """x with 1s after the batch axis up to ``rank`` axes, so that NumPy broadcasts the samples' shapes."""
+    return x.reshape((len(x),) + (1,) * (rank - x.ndim) + x.shape[1:])
+
+
+def mul(xs):
+    """The inputs' elementwise product, left to right, the samples' shapes broadcast as NumPy does."""
+    rank = max(x.ndim for x in xs)
+    parts = [_expand(x, rank) for x in xs]
+    y = parts[0]
+    for x in parts[1:]:
+        y = y * x
+    return y, (parts, [x.shape for x in xs])
+
+
+def mul_backward(dy: np.ndarray, cache) -> list:
+    """Each input gets dy times the other inputs, summed over the axes it was broadcast along."""
+    parts, shapes = cache
+    out = []
+    for i, (x, shape) in enumerate(zip(parts, shapes)):
+        g = dy
+        for j, other in enumerate(parts):
+            if j != i:
+                g = g * other
+        axes = tuple(a for a in range(g.ndim) if x.shape[a] == 1 and g.shape[a] != 1)
+        out.append((g.sum(axis=axes, keepdims=True) if axes else g).reshape(shape))
+    return out
 
 
 # Dense ------------------------------------------------------------------------

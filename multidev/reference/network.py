@@ -75,7 +75,8 @@ class Conv(Node):
     def one(self, run, d, xs):
         p, lay = run.params[d], self.layer
         b = p[f"{self.name}.bias"] if lay.bias else None
-        return layers.conv2d(xs[0], p[f"{self.name}.weight"], b, lay.stride, lay.padding)
+        return layers.conv2d(xs[0], p[f"{self.name}.weight"], b, lay.stride, lay.sides(xs[0].shape[1:]), lay.groups,
+                             lay.dilation)
 
     def back(self, g, dy, cache):
         dx, g[f"{self.name}.weight"], db = layers.conv2d_backward(dy, cache)
@@ -100,7 +101,7 @@ class Dense(Node):
 class LayerNorm(Node):
     def one(self, run, d, xs):
         p = run.params[d]
-        return layers.layer_norm(xs[0], p[f"{self.name}.gamma"], p[f"{self.name}.beta"], nn.LN_EPS)
+        return layers.layer_norm(xs[0], p[f"{self.name}.gamma"], p[f"{self.name}.beta"], self.layer.eps)
 
     def back(self, g, dy, cache):
         dx, g[f"{self.name}.gamma"], g[f"{self.name}.beta"] = layers.layer_norm_backward(dy, cache)
@@ -138,22 +139,40 @@ class Function(Node):
         return list(dx) if self.many else [dx]
 
 
-def _pool(forward, backward, layer: nn.MaxPool2d):
-    return (lambda x: forward(x, layer.kernel_size, layer.step)), backward
+def _max_pool(lay: nn.MaxPool2d):
+    """The layer's padding and ceil_mode made concrete at each input's size (``multidev.nn.windows``' rule)."""
+    def forward(x: np.ndarray):
+        shape = x.shape[1:]
+        return layers.max_pool2d(x, lay.kernel_size, lay.step, lay.sides(shape), lay.ceil_extra(shape))
+    return forward, layers.max_pool2d_backward
+
+
+def _avg_pool(lay: nn.AvgPool2d):
+    def forward(x: np.ndarray):
+        shape = x.shape[1:]
+        return layers.avg_pool2d(x, lay.kernel_size, lay.step, lay.sides(shape), lay.ceil_extra(shape),
+                                 lay.count_include_pad)
+    return forward, layers.avg_pool2d_backward
 
 
 _FUNCTIONS: dict[type, Callable[[nn.Layer], tuple[Callable, Callable]]] = {
     nn.ReLU: lambda lay: (layers.relu, layers.relu_backward),
-    nn.GELU: lambda lay: (layers.gelu, layers.gelu_backward),
+    nn.ReLU6: lambda lay: (layers.relu6, layers.relu6_backward),
+    nn.LeakyReLU: lambda lay: (lambda x: layers.leaky_relu(x, lay.negative_slope), layers.leaky_relu_backward),
+    nn.GELU: lambda lay: (lambda x: layers.gelu(x, lay.approximate), layers.gelu_backward),
+    nn.SiLU: lambda lay: (layers.silu, layers.silu_backward),
+    nn.HardSigmoid: lambda lay: (layers.hard_sigmoid, layers.hard_sigmoid_backward),
+    nn.HardSwish: lambda lay: (layers.hard_swish, layers.hard_swish_backward),
     nn.Tanh: lambda lay: (layers.tanh, layers.tanh_backward),
     nn.Sigmoid: lambda lay: (layers.sigmoid, layers.sigmoid_backward),
-    nn.MaxPool2d: lambda lay: _pool(layers.max_pool2d, layers.max_pool2d_backward, lay),
-    nn.AvgPool2d: lambda lay: _pool(layers.avg_pool2d, layers.avg_pool2d_backward, lay),
-    nn.GlobalAvgPool: lambda lay: (layers.global_avg_pool, layers.global_avg_pool_backward),
+    nn.MaxPool2d: _max_pool,
+    nn.AvgPool2d: _avg_pool,
+    nn.GlobalAvgPool: lambda lay: (lambda x: layers.global_avg_pool(x, lay.keepdims), layers.global_avg_pool_backward),
     nn.Flatten: lambda lay: (layers.flatten, layers.flatten_backward),
 }
 
-_JOINS = {nn.Add: (layers.add, layers.add_backward), nn.Concat: (layers.concat, layers.concat_backward)}
+_JOINS = {nn.Add: (layers.add, layers.add_backward), nn.Concat: (layers.concat, layers.concat_backward),
+          nn.Mul: (layers.mul, layers.mul_backward)}
 
 _NODES: dict[type, type[Node]] = {nn.Conv2d: Conv, nn.Dense: Dense, nn.LayerNorm: LayerNorm, nn.Dropout: Dropout}
 
@@ -163,7 +182,7 @@ class _BatchNorm(Node):
 
     def __init__(self, name: str, layer: nn.Layer) -> None:
         super().__init__(name, layer)
-        self.bn = BatchNorm(name)
+        self.bn = BatchNorm(name, layer.eps, layer.momentum)
 
     def forward(self, run, inputs):
         return self.bn.forward(run, inputs[0])
