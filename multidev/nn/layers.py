@@ -298,9 +298,11 @@ class MaxPool2d(Layer):
         object.__setattr__(self, "padding", W.padding_value(self.padding, f"{type(self).__name__}'s padding"))
         if not isinstance(self.ceil_mode, bool):
             raise MultidevError(f"{type(self).__name__}'s ceil_mode must be True or False, got {self.ceil_mode!r}")
-        if isinstance(self.padding, int) and 2 * self.padding > self.kernel_size:
+        sides = (self.padding,) if isinstance(self.padding, int) else () if self.padding == "same" \
+            else self.padding
+        if any(2 * side > self.kernel_size for side in sides):
             raise MultidevError(f"{type(self).__name__}'s padding {self.padding} is more than half its kernel "
-                                f"{self.kernel_size}: a window would hold padding only (torch refuses it too)")
+                                f"{self.kernel_size}: a window could hold padding only (torch refuses it too)")
 
     @property
     def step(self) -> int:

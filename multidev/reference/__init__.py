@@ -14,7 +14,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from multidev.nn.layers import ReLU
+from multidev.nn.layers import HardSigmoid, HardSwish, LeakyReLU, ReLU, ReLU6
 from multidev.reference import layers
 from multidev.reference.network import Network, Run, build
 from multidev.rules.batchnorm import running_statistic
@@ -103,9 +103,14 @@ def predict(spec: ModelSpec, state: State, x: np.ndarray, dtype=np.float64) -> n
     return build(spec).forward(run, [np.asarray(x, dtype)])[0]
 
 
+#: where each piecewise activation's gradient jumps
+_KINKS = {ReLU: (0.0,), LeakyReLU: (0.0,), ReLU6: (0.0, 6.0), HardSigmoid: (-3.0, 3.0), HardSwish: (-3.0, 3.0)}
+
+
 def relu_inputs(spec: ModelSpec, state: State, x: np.ndarray, sizes: Optional[Sequence[int]] = None,
                 batchnorm: str = "local", dtype=np.float64, masks: Masks = None) -> list[np.ndarray]:
-    """What every ReLU receives in a training-mode forward pass (one array per ReLU and device).
+    """What every ReLU receives in a training-mode forward pass (one array per ReLU and device), less the kink:
+    ReLU6, LeakyReLU, HardSigmoid and HardSwish give one array per kink of theirs, their inputs less its place.
 
     A gradient is not continuous at a ReLU's kink: where an input sits closer
     to 0 than float32 rounding reaches, float32 runs land on either side and
@@ -115,8 +120,8 @@ def relu_inputs(spec: ModelSpec, state: State, x: np.ndarray, sizes: Optional[Se
     model, seen = build(spec), []
 
     def watch(layer, values):
-        if isinstance(layer, ReLU):
-            seen.extend(np.array(v, np.float64) for v in values)
+        for kink in _KINKS.get(type(layer), ()):
+            seen.extend(np.array(v, np.float64) - kink for v in values)
     model.watch = watch
     xs, _ = _shards(x, np.zeros(len(x)), sizes, dtype)
     model.forward(Run(_copies(spec, state, len(xs), dtype), train=True, sync=batchnorm == "sync",
