@@ -13,7 +13,9 @@ optimizers as Gluon optimizers, their state in canonical names) and
 ``distributed`` (one process per device: ``launch``, ``join``, ``leave``,
 ``all_sum``).
 
-MXNet's own: ``runtime`` (loading MXNet on first use, and its thread count),
+MXNet's own: ``windows`` (convolutions and pools whose padding MXNet's
+operators cannot take alone, as the torch engine's module of that name),
+``runtime`` (loading MXNet on first use, and its thread count),
 ``serve`` (``python -m multidev_mxnet.serve``: the job's scheduler or a
 server of its kvstore) and ``bf16_support`` (whether this CPU's oneDNN computes
 bfloat16, read from its flags without loading MXNet).

@@ -1,7 +1,8 @@
 """BatchNorm with the project's conventions, local or synchronised across contexts.
 
 MXNet's own BatchNorm op follows the conventions once its momentum is flipped
-(it keeps ``running = m * running + (1 - m) * batch``, so ``m = 1 - BN_MOMENTUM``)
+(it keeps ``running = m * running + (1 - m) * batch``, so ``m = 1 - momentum``,
+each layer's own, as its eps is)
 and, like the core, it puts the biased variance into the running variance
 (checked in tests/test_mxnet_engine.py). One quirk: it updates the running
 statistics in the *backward* pass, not the forward.
@@ -33,9 +34,6 @@ mx = mxnet()
 
 nd, autograd, nn = mx.nd, mx.autograd, mx.gluon.nn
 
-#: MXNet's momentum is the weight of the old running value.
-MX_MOMENTUM = 1.0 - BN_MOMENTUM
-
 
 class StatsExchange:
     """The core's all-gather of shard statistics, keyed by context: one Gluon network serves every context."""
@@ -64,10 +62,10 @@ class StatsExchange:
 class _FixedStatistics(nn.HybridBlock):
     """Holds mean 0 and variance 1 - eps, so MXNet's BatchNorm op computes ``x * gamma + beta``.
 
-    The op is fused and fast where MXNet's broadcast arithmetic over NCHW arrays
-    is not, and its backward gives the gradients of scale and shift as those of
-    gamma and beta. Graph ops may only read such statistics from variables,
-    hence constants.
+    That eps is the op's own, whatever the layer's is. The op is fused and fast
+    where MXNet's broadcast arithmetic over NCHW arrays is not, and its backward
+    gives the gradients of scale and shift as those of gamma and beta. Graph ops
+    may only read such statistics from variables, hence constants.
     """
 
     def __init__(self, channels: int) -> None:
@@ -97,25 +95,31 @@ class ShardMoments(_FixedStatistics):
 class Normalize(_FixedStatistics):
     """``(x - mean) / sqrt(var + eps) * gamma + beta``, differentiable in all five."""
 
+    def __init__(self, channels: int, eps: float) -> None:
+        super().__init__(channels)
+        self.eps = eps
+
     def hybrid_forward(self, F, x, mean, var, gamma, beta, zero, unit):
-        scale = gamma * F.rsqrt(var + BN_EPS)
+        scale = gamma * F.rsqrt(var + self.eps)
         return self.affine(F, x, scale, beta - mean * scale, zero, unit)
 
 
 class BatchNorm(nn.BatchNorm):
-    """Gluon's BatchNorm with the core's eps and momentum; whole-batch statistics while ``exchange`` is set.
+    """Gluon's BatchNorm with the layer's eps and momentum (torch's convention); whole-batch statistics while
+    ``exchange`` is set.
 
     With ``sync`` the layer also carries the compiled pieces of the exchange;
     running statistics are then blended once per step, on one context, by
     :meth:`fold_batch_statistics`.
     """
 
-    def __init__(self, channels: int, sync: bool = False) -> None:
-        super().__init__(momentum=MX_MOMENTUM, epsilon=BN_EPS, in_channels=channels)
+    def __init__(self, channels: int, sync: bool = False, eps: float = BN_EPS, momentum: float = BN_MOMENTUM) -> None:
+        super().__init__(momentum=1.0 - momentum, epsilon=eps, in_channels=channels)
+        self.momentum = momentum  # torch's: the weight of the batch's statistic
         if sync:
             with self.name_scope():
                 self.moments = ShardMoments(channels)
-                self.normalize = Normalize(channels)
+                self.normalize = Normalize(channels, eps)
         self.exchange: Optional[StatsExchange] = None
         self.batch_statistics: Optional[tuple[mx.nd.NDArray, mx.nd.NDArray]] = None
 
@@ -139,5 +143,5 @@ class BatchNorm(nn.BatchNorm):
             return
         for param, batch in zip((self.running_mean, self.running_var), self.batch_statistics):
             running = param.data(batch.context)
-            running[:] = MX_MOMENTUM * running + BN_MOMENTUM * batch
+            running[:] = (1.0 - self.momentum) * running + self.momentum * batch
         self.batch_statistics = None

@@ -1,10 +1,11 @@
 """Any ``multidev.nn`` definition as one Gluon network, with the core's canonical names.
 
 The graph's nodes run in order inside one ``HybridBlock``; a node with
-parameters is Gluon's own layer (``nn.Conv2D``, ``nn.Dense``, the engine's
-BatchNorm, a small LayerNorm), registered as a child under the node's name
-(``stage1.block1.conv1``), so Gluon's structured names (those
-``save_parameters`` writes) are the canonical ones: ``stage1.block1.conv1.weight``.
+parameters is Gluon's own layer (``nn.Conv2D``, padded as :mod:`.windows`
+says, ``nn.Dense``, the engine's BatchNorm, a small LayerNorm), registered
+as a child under the node's name (``stage1.block1.conv1``), so Gluon's
+structured names (those ``save_parameters`` writes) are the canonical ones:
+``stage1.block1.conv1.weight``.
 MXNet's layouts are the canonical ones (OIHW convolutions, (out, in) dense,
 NCHW flattened in C, H, W order), so loading a state is a copy with no
 transposes.
@@ -24,8 +25,9 @@ from functools import reduce
 import numpy as np
 
 from multidev import nn as mnn  # the model language; `nn` is Gluon's
-from multidev.engine import LN_EPS, ModelSpec, MultidevError
+from multidev.engine import ModelSpec, MultidevError
 
+from . import windows
 from .batchnorm import BatchNorm, StatsExchange
 from .runtime import mxnet
 
@@ -41,8 +43,9 @@ class LayerNorm(nn.HybridBlock):
     group): plain ops, whose gradients autograd derives.
     """
 
-    def __init__(self, shape: tuple[int, ...]) -> None:
+    def __init__(self, shape: tuple[int, ...], eps: float) -> None:
         super().__init__()
+        self.eps = eps
         self.broadcast = (1, shape[0]) + (1,) * (len(shape) - 1)  # (1, C, 1, 1) for images, (1, F) for features
         with self.name_scope():
             self.gamma = self.params.get("gamma", shape=(shape[0],), init=mx.init.One())
@@ -51,7 +54,7 @@ class LayerNorm(nn.HybridBlock):
     def hybrid_forward(self, F, x, gamma, beta):
         centred = F.broadcast_sub(x, F.mean(x, axis=0, exclude=True, keepdims=True))
         var = F.mean(F.square(centred), axis=0, exclude=True, keepdims=True)
-        xhat = F.broadcast_mul(centred, F.rsqrt(var + LN_EPS))
+        xhat = F.broadcast_mul(centred, F.rsqrt(var + self.eps))
         return F.broadcast_add(F.broadcast_mul(xhat, F.reshape(gamma, shape=self.broadcast)),
                                F.reshape(beta, shape=self.broadcast))
 
@@ -59,26 +62,19 @@ class LayerNorm(nn.HybridBlock):
 def _layer_block(layer: mnn.Layer, shape: tuple[int, ...], sync: bool):
     """Gluon's block for a layer with parameters (``shape``: its input's, per sample); None for the rest."""
     if isinstance(layer, mnn.Conv2d):
-        return nn.Conv2D(layer.out_channels, layer.kernel_size, strides=layer.stride, padding=layer.padding,
-                         use_bias=layer.bias, in_channels=shape[0])
+        return windows.Conv2D(layer, shape)
     if isinstance(layer, mnn.Dense):
         return nn.Dense(layer.out_features, use_bias=layer.bias, flatten=False, in_units=shape[0])
     if isinstance(layer, mnn.BatchNorm):
-        return BatchNorm(shape[0], sync)
+        return BatchNorm(shape[0], sync, layer.eps, layer.momentum)
     if isinstance(layer, mnn.LayerNorm):
-        return LayerNorm(shape)
+        return LayerNorm(shape, layer.eps)
     return None
 
 
-def _pool(kind: str) -> Callable:
-    def pool(F, layer, xs):
-        k, s = layer.kernel_size, layer.step
-        return F.Pooling(xs[0], kernel=(k, k), stride=(s, s), pool_type=kind, pooling_convention="valid")
-    return pool
-
-
-def _gelu(F, layer, xs):
-    """GELU's exact form x * Phi(x), with the exact gradient Phi(x) + x * phi(x).
+def _gelu(F, layer, xs, shapes):
+    """GELU's tanh form as written (autograd's gradient is exact); its exact form x * Phi(x), with the exact
+    gradient Phi(x) + x * phi(x).
 
     MXNet 1.9.1 has no exact GELU to take: ``LeakyReLU(act_type="gelu")`` is
     1e-7 off erf's form and ``erf``'s gradient 3e-8 off, even in float64
@@ -87,6 +83,9 @@ def _gelu(F, layer, xs):
     gradient x * phi(x).
     """
     x = xs[0]
+    if layer.approximate == "tanh":
+        inner = float(np.sqrt(2 / np.pi)) * (x + 0.044715 * x * F.square(x))
+        return 0.5 * x * (1.0 + F.tanh(inner))
     cdf = 0.5 * F.erf(x * float(1 / np.sqrt(2))) + 0.5
     pdf = F.exp(-0.5 * F.square(x)) * float(1 / np.sqrt(2 * np.pi))
     return x * F.stop_gradient(cdf) + (F.stop_gradient(pdf) - pdf)
@@ -107,18 +106,37 @@ def _concat(F, xs):
     return F.slice_axis(F.concat(*xs, dim=1), axis=1, begin=0, end=None)
 
 
-#: the layers without parameters: (F, layer, inputs) -> output
+def _mul(F, layer, xs, shapes):
+    """NumPy's broadcasting of the samples: an input of fewer axes gets ones after the batch axis first."""
+    rank = max(map(len, shapes))
+    aligned = [x if len(shape) == rank else F.reshape(x, shape=(0, *(1,) * (rank - len(shape)), *shape))
+               for x, shape in zip(xs, shapes)]
+    return reduce(F.broadcast_mul, aligned)
+
+
+def _hard_sigmoid(F, x):
+    """torch's clip(x / 6 + 1/2, 0, 1): scalars in double (``hard_sigmoid``'s alpha is a float32 1/6)."""
+    return F.clip(x / 6.0 + 0.5, 0.0, 1.0)
+
+
+#: the layers without parameters: (F, layer, inputs, their shapes per sample) -> output
 _FUNCTIONS: dict[type, Callable] = {
-    mnn.ReLU: lambda F, layer, xs: F.relu(xs[0]),
+    mnn.ReLU: lambda F, layer, xs, shapes: F.relu(xs[0]),
     mnn.GELU: _gelu,
-    mnn.Tanh: lambda F, layer, xs: F.tanh(xs[0]),
-    mnn.Sigmoid: lambda F, layer, xs: F.sigmoid(xs[0]),
-    mnn.MaxPool2d: _pool("max"),
-    mnn.AvgPool2d: _pool("avg"),
-    mnn.GlobalAvgPool: lambda F, layer, xs: F.mean(xs[0], axis=(2, 3)),
-    mnn.Flatten: lambda F, layer, xs: F.reshape(xs[0], shape=(0, -1)),  # C, H, W order; features unchanged
-    mnn.Add: lambda F, layer, xs: reduce(operator.add, xs),
-    mnn.Concat: lambda F, layer, xs: _concat(F, xs),
+    mnn.Tanh: lambda F, layer, xs, shapes: F.tanh(xs[0]),
+    mnn.Sigmoid: lambda F, layer, xs, shapes: F.sigmoid(xs[0]),
+    mnn.ReLU6: lambda F, layer, xs, shapes: F.clip(xs[0], 0.0, 6.0),
+    mnn.LeakyReLU: lambda F, layer, xs, shapes: F.LeakyReLU(xs[0], act_type="leaky", slope=layer.negative_slope),
+    mnn.SiLU: lambda F, layer, xs, shapes: xs[0] * F.sigmoid(xs[0]),
+    mnn.HardSigmoid: lambda F, layer, xs, shapes: _hard_sigmoid(F, xs[0]),
+    mnn.HardSwish: lambda F, layer, xs, shapes: xs[0] * _hard_sigmoid(F, xs[0]),
+    mnn.MaxPool2d: lambda F, layer, xs, shapes: windows.pool(F, layer, xs[0], shapes[0]),
+    mnn.AvgPool2d: lambda F, layer, xs, shapes: windows.pool(F, layer, xs[0], shapes[0]),
+    mnn.GlobalAvgPool: lambda F, layer, xs, shapes: F.mean(xs[0], axis=(2, 3), keepdims=layer.keepdims),
+    mnn.Flatten: lambda F, layer, xs, shapes: F.reshape(xs[0], shape=(0, -1)),  # C, H, W order; features as they are
+    mnn.Add: lambda F, layer, xs, shapes: reduce(operator.add, xs),
+    mnn.Mul: _mul,
+    mnn.Concat: lambda F, layer, xs, shapes: _concat(F, xs),
 }
 
 
@@ -128,7 +146,7 @@ class Network(nn.HybridBlock):
     def __init__(self, spec: ModelSpec, sync: bool) -> None:
         super().__init__()
         self.nodes, self.in_shape = spec.graph.nodes, spec.in_shape
-        shapes = spec.graph.shapes(spec.in_shape)
+        self.shapes = shapes = spec.graph.shapes(spec.in_shape)  # per sample, by node name
         self.flat = {n.name for n in self.nodes if len(shapes[n.inputs[0]]) == 1}  # nodes whose input is (N, F)
         self.dropouts = [name for name, _, _ in spec.dropouts()]
         self.mask_shapes = [shape for _, _, shape in spec.dropouts()]
@@ -159,7 +177,7 @@ class Network(nn.HybridBlock):
         if isinstance(layer, mnn.Dropout):
             return xs[0] * masks[node.name]
         if type(layer) in _FUNCTIONS:
-            return _FUNCTIONS[type(layer)](F, layer, xs)
+            return _FUNCTIONS[type(layer)](F, layer, xs, [self.shapes[i] for i in node.inputs])
         block = self._children[node.name]
         if isinstance(layer, mnn.BatchNorm) and node.name in self.flat:  # features as (N, F, 1, 1) images
             return F.reshape(block(F.reshape(xs[0], shape=(0, 0, 1, 1))), shape=(0, 0))

@@ -146,3 +146,36 @@ def test_training_without_the_cores_masks_is_refused(engine):
         assert "\n" not in str(caught.value)
     assert_states_close(reps.state(), before, rtol=0, promise="a refused step changed the model")
     assert reps.evaluate(reps.place(multidev.cut(x, y, SIZES))).count == len(x)  # inference needs no masks
+
+
+def windows() -> nn.Model:
+    """Windows that MXNet's operators cannot pad alone (:mod:`multidev_mxnet.windows`), and the CNN zoo's
+    activations: "same" and four-sided padding, ceil_mode's windows past the padding, a squeeze-and-excitation
+    gate."""
+    x = nn.Input()
+    h = nn.Conv2d(4, 3, stride=2, padding="same", dilation=2)(x)
+    h = nn.AvgPool2d(3, stride=2, ceil_mode=True)(nn.HardSwish()(nn.BatchNorm(eps=1e-3, momentum=0.3)(h)))
+    h = nn.Conv2d(4, 3, padding=(0, 1, 1, 2), groups=4)(h)
+    gate = nn.HardSigmoid()(nn.Conv2d(4, 1)(nn.LeakyReLU(0.2)(nn.GlobalAvgPool(keepdims=True)(h))))
+    h = nn.Mul()(nn.GELU(approximate="tanh")(h), gate)
+    a = nn.MaxPool2d(3, stride=2, padding="same", ceil_mode=True)(h)
+    b = nn.AvgPool2d(2, stride=2, padding=(1, 0, 0, 1), ceil_mode=True, count_include_pad=False)(nn.SiLU()(h))
+    return nn.Model(x, nn.Dense()(nn.Concat()(nn.Flatten()(a), nn.Flatten()(nn.ReLU6()(b)))))
+
+
+WINDOWS = ModelSpec("windows", (2, 13, 11), 3, graph=windows().graph())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_windows_past_the_operators_padding_match_the_reference(engine, dtype):
+    """float32 too: there oneDNN runs the pools, and its backward of Pooling's "full" convention counts positions
+    past the padding (why such windows are padded explicitly)."""
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(0, 1, (sum(SIZES), *WINDOWS.in_shape)), rng.integers(0, WINDOWS.num_classes, sum(SIZES))
+    start, rtol = WINDOWS.init(3), FLOAT64_RTOL if dtype == "float64" else CROSS_ENGINE_RTOL
+    reps = multidev.replicate(engine, multidev.Setup(WINDOWS, resolve_devices(devices=2), "local", dtype), start)
+    assert_states_close({"logits": reps.predict(reps.place(multidev.cut(x, None, SIZES)))},
+                        {"logits": reference.predict(WINDOWS, start, x)}, rtol=rtol, promise=f"{dtype} logits")
+    got, want = reps.gradients(reps.place(multidev.cut(x, y, SIZES))), reference.gradients(WINDOWS, start, x, y, SIZES)
+    floor = 1e-3 * max(float(np.abs(g).max()) for g in want.values())  # the bias before BatchNorm: exactly 0
+    assert_states_close(got, want, rtol=rtol, floor=floor, promise=f"{dtype} gradients of padded windows")
