@@ -218,7 +218,8 @@ class Graph:
     def dropouts(self, in_shape: Shape) -> list[tuple[str, float, Shape]]:
         """(node name, rate, shape of one sample's values) of every Dropout: where the core draws masks."""
         shapes = self.shapes(in_shape)
-        return [(n.name, float(n.layer.p), shapes[n.inputs[0]]) for n in self.nodes if isinstance(n.layer, Dropout)]
+        return [(n.name, float(n.layer.p), n.layer.mask_shape(shapes[n.inputs[0]])) for n in self.nodes
+                if isinstance(n.layer, Dropout)]
 
     def shapes(self, in_shape: Shape) -> dict[str, Shape]:
         """Every node's output shape for inputs of ``in_shape``; a layer that does not fit is one line."""

@@ -92,6 +92,8 @@ class ModelSpec:
                 value = rng.normal(0.0, np.sqrt(gain / fan_in), p.shape)
             elif p.role in ("gamma", "var"):
                 value = np.ones(p.shape)
+            elif p.role == "position":  # as torchvision's ViT and BERT: small enough not to drown the tokens
+                value = rng.normal(0.0, 0.02, p.shape)
             else:
                 value = np.zeros(p.shape)
             state[p.name] = value.astype(np.float32)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 from multidev.errors import MultidevError
-from multidev.nn.layers.base import Layer
+from multidev.nn.layers.base import Layer, Shape, sample_axis
 
 
 @dataclass(frozen=True)
@@ -76,3 +77,28 @@ class Tanh(Layer):
 @dataclass(frozen=True)
 class Sigmoid(Layer):
     kind: ClassVar[str] = "sigmoid"
+
+
+@dataclass(frozen=True)
+class Softmax(Layer):
+    """exp(x) / sum(exp(x)) along ``axis`` of the sample (-1: the last, attention's keys)."""
+
+    kind: ClassVar[str] = "softmax"
+    axis: int = -1
+
+    def infer(self, node: str, shapes: list[Shape]) -> Shape:
+        sample_axis(self, node, self.axis, len(shapes[0]))
+        return shapes[0]
+
+
+@dataclass(frozen=True)
+class Scale(Layer):
+    """x times a constant ``factor``: attention's 1 / sqrt(d) where a graph writes it out."""
+
+    kind: ClassVar[str] = "scale"
+    factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not math.isfinite(self.factor):
+            raise MultidevError(f"Scale's factor must be a finite number, got {self.factor!r}")
+        object.__setattr__(self, "factor", float(self.factor))

@@ -29,7 +29,7 @@ class Param:
 
     name: str
     shape: tuple[int, ...]
-    role: str  # conv | dense | bias | gamma | beta | mean | var
+    role: str  # conv | dense | bias | gamma | beta | mean | var | token | position
 
     @property
     def trainable(self) -> bool:
@@ -58,7 +58,7 @@ class Layer:
         return shapes[0]
 
     def params(self, shapes: list[Shape]) -> list[tuple[str, Shape, str]]:
-        """(name within the layer, shape, role) of each parameter; roles: conv, dense, bias, gamma, beta, mean, var."""
+        """(name within the layer, shape, role) of each parameter; the roles are :class:`Param`'s."""
         return []
 
     def arguments(self) -> dict:
@@ -85,3 +85,11 @@ def fraction(value: object, what: str, low: float = 0.0, high: float = 1.0) -> f
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value < high:
         raise MultidevError(f"{what} must be a number between {low:g} and {high:g}, got {value!r}")
     return float(value)
+
+
+def sample_axis(layer: Layer, node: str, axis: int, rank: int) -> int:
+    """``axis`` of a sample of ``rank`` axes (negative from the end); one out of range is one line."""
+    if not -rank <= axis < rank:
+        raise MultidevError(f"{layer.where(node)} works on axis {axis}, its input has {rank} axes (the batch "
+                            f"left out): give an axis in {-rank} .. {rank - 1}")
+    return axis % rank

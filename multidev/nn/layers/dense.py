@@ -11,7 +11,8 @@ from multidev.nn.layers.base import Layer, Shape, whole
 
 @dataclass(frozen=True)
 class Dense(Layer):
-    """``out_features`` None: as many as the data has classes (the zoo's last layer)."""
+    """A matrix product with the last axis of any rank (features (F,), tokens (L, D)); ``out_features`` None: as
+    many as the data has classes (the zoo's last layer)."""
 
     kind: ClassVar[str] = "fc"
     out_features: Optional[int] = None
@@ -22,16 +23,16 @@ class Dense(Layer):
             whole(self.out_features, "Dense's out_features")
 
     def infer(self, node: str, shapes: list[Shape]) -> Shape:
-        if len(shapes[0]) != 1:
+        if len(shapes[0]) == 3:
             raise MultidevError(f"{self.where(node)} gets images {shapes[0]}: put Flatten or GlobalAvgPool "
-                                f"before it")
+                                f"before it (or Reshape them to tokens (L, D) first)")
         if self.out_features is None:
             raise MultidevError(f"{self.where(node)} has no out_features: give one, or end the model with it "
                                 f"so that the data's class count fills it in")
-        return (self.out_features,)
+        return shapes[0][:-1] + (self.out_features,)
 
     def params(self, shapes: list[Shape]) -> list[tuple[str, Shape, str]]:
-        out = [("weight", (self.out_features, shapes[0][0]), "dense")]
+        out = [("weight", (self.out_features, shapes[0][-1]), "dense")]
         return out + ([("bias", (self.out_features,), "bias")] if self.bias else [])
 
 
@@ -42,6 +43,21 @@ class Dropout(Layer):
     kind: ClassVar[str] = "dropout"
     p: float = 0.5
 
+    def mask_shape(self, shape: Shape) -> Shape:
+        """The shape of one sample's mask for values of ``shape``: one multiplier per value."""
+        return shape
+
     def __post_init__(self) -> None:
         if isinstance(self.p, bool) or not isinstance(self.p, (int, float)) or not 0 <= self.p < 1:
             raise MultidevError(f"Dropout's rate must be in [0, 1), got {self.p!r}")
+
+
+@dataclass(frozen=True)
+class DropPath(Dropout):
+    """Stochastic depth: a whole sample's values zeroed at rate ``p`` (the rest scaled by 1 / (1 - p)), one draw
+    per sample; the core draws its masks as it draws Dropout's."""
+
+    kind: ClassVar[str] = "droppath"
+
+    def mask_shape(self, shape: Shape) -> Shape:
+        return (1,) * len(shape)

@@ -1,23 +1,12 @@
-"""Layers of two or more inputs, and the layers that change a sample's shape."""
+"""Layers of two or more inputs: sums, products (broadcasting as NumPy does) and concatenations."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from multidev.errors import MultidevError
-from multidev.nn.layers.base import Layer, Shape
-
-
-@dataclass(frozen=True)
-class Flatten(Layer):
-    """Images (C, H, W) to features (C * H * W,), in C, H, W order; features pass as they are."""
-
-    kind: ClassVar[str] = "flatten"
-
-    def infer(self, node: str, shapes: list[Shape]) -> Shape:
-        return (math.prod(shapes[0]),)
+from multidev.nn.layers.base import Layer, Shape, sample_axis
 
 
 @dataclass(frozen=True)
@@ -36,16 +25,21 @@ class Add(Layer):
 
 @dataclass(frozen=True)
 class Concat(Layer):
-    """Two or more inputs side by side: images along the channels, features along the features."""
+    """Two or more inputs side by side along ``axis`` of the sample (0: images' channels, features' features;
+    tokens (L, D): the tokens)."""
 
     kind: ClassVar[str] = "concat"
     arity: ClassVar[Optional[int]] = None
+    axis: int = 0
 
     def infer(self, node: str, shapes: list[Shape]) -> Shape:
-        if len({len(s) for s in shapes}) != 1 or any(s[1:] != shapes[0][1:] for s in shapes):
-            raise MultidevError(f"{self.where(node)} joins inputs whose shapes differ past the first axis: "
+        if len({len(s) for s in shapes}) != 1:
+            raise MultidevError(f"{self.where(node)} joins inputs of other ranks: {' and '.join(map(str, shapes))}")
+        axis = sample_axis(self, node, self.axis, len(shapes[0]))
+        if any(s[:axis] + s[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:] for s in shapes):
+            raise MultidevError(f"{self.where(node)} joins inputs whose shapes differ off its axis {self.axis}: "
                                 f"{' and '.join(map(str, shapes))}")
-        return (sum(s[0] for s in shapes), *shapes[0][1:])
+        return shapes[0][:axis] + (sum(s[axis] for s in shapes),) + shapes[0][axis + 1:]
 
 
 def broadcast(layer: Layer, node: str, shapes: list[Shape]) -> Shape:
@@ -71,3 +65,19 @@ class Mul(Layer):
 
     def infer(self, node: str, shapes: list[Shape]) -> Shape:
         return broadcast(self, node, shapes)
+
+
+@dataclass(frozen=True)
+class MatMul(Layer):
+    """The matrix product of two activations, (..., M, K) @ (..., K, N), the leading axes broadcast: attention's
+    queries times keys, and its weights times values."""
+
+    kind: ClassVar[str] = "matmul"
+    arity: ClassVar[Optional[int]] = 2
+
+    def infer(self, node: str, shapes: list[Shape]) -> Shape:
+        a, b = shapes
+        if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+            raise MultidevError(f"{self.where(node)} multiplies {a} by {b}: each sample needs matrices "
+                                f"(..., M, K) and (..., K, N)")
+        return broadcast(self, node, [a[:-2], b[:-2]]) + (a[-2], b[-1])

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Optional
 
-from multidev.nn.layers.base import LN_EPS, Layer, Shape, fraction
+from multidev.errors import MultidevError
+from multidev.nn.layers.base import LN_EPS, Layer, Shape, fraction, whole
 
 
 @dataclass(frozen=True)
@@ -31,14 +32,32 @@ class BatchNorm(Layer):
 
 @dataclass(frozen=True)
 class LayerNorm(Layer):
-    """Each sample normalised over all its values; a scale and shift per channel (or feature)."""
+    """``last`` None: each sample normalised over all its values, a scale and shift per channel (or feature);
+    ``last`` k: over its last k axes, a scale and shift per value of those (torch's ``LayerNorm(shape[-k:])``, a
+    transformer's ``last=1``). ``affine=False``: no scale and shift."""
 
     kind: ClassVar[str] = "ln"
     eps: float = LN_EPS
+    last: Optional[int] = None
+    affine: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eps", fraction(self.eps, "LayerNorm's eps"))
+        if self.last is not None:
+            whole(self.last, "LayerNorm's last")
+
+    def axes(self, shape: Shape) -> tuple[int, ...]:
+        """The sample's axes the statistics run over (the batch left out)."""
+        return tuple(range(len(shape) - (self.last or len(shape)), len(shape)))
+
+    def infer(self, node: str, shapes: list[Shape]) -> Shape:
+        if self.last is not None and self.last > len(shapes[0]):
+            raise MultidevError(f"{self.where(node)} normalises the last {self.last} axes of {shapes[0]}, which "
+                                f"has {len(shapes[0])}")
+        return shapes[0]
 
     def params(self, shapes: list[Shape]) -> list[tuple[str, Shape, str]]:
-        c = (shapes[0][0],)
+        if not self.affine:
+            return []
+        c = (shapes[0][0],) if self.last is None else shapes[0][-self.last:]
         return [("gamma", c, "gamma"), ("beta", c, "beta")]
