@@ -19,10 +19,11 @@ from multidev.engine import BN_EPS, BN_MOMENTUM, AllGather, combine_moments
 
 
 class BatchNorm(nn.Module):
-    """Per-channel BatchNorm for NCHW or NC input, canonical parameter names."""
+    """Per-channel BatchNorm for NCHW or NC input, canonical parameter names; the layer's own eps and momentum."""
 
-    def __init__(self, channels: int) -> None:
+    def __init__(self, channels: int, eps: float = BN_EPS, momentum: float = BN_MOMENTUM) -> None:
         super().__init__()
+        self.eps, self.momentum = eps, momentum
         self.gamma = nn.Parameter(torch.ones(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
         self.register_buffer("running_mean", torch.zeros(channels))
@@ -35,16 +36,16 @@ class BatchNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training:
             return F.batch_norm(x, self.running_mean, self.running_var, self.gamma, self.beta,
-                                training=False, eps=BN_EPS)
+                                training=False, eps=self.eps)
         if self.exchange is None and not self.across_processes:
             # Local statistics: torch's fused kernel. Its own running update would store the
             # unbiased variance, so the update is done here with the biased one (docs/contract.md).
             # Under autocast it takes bfloat16 input and float32 parameters: float32 statistics, bfloat16 output.
-            out, mean, invstd = torch.native_batch_norm(x, self.gamma, self.beta, None, None, True, 0.0, BN_EPS)
+            out, mean, invstd = torch.native_batch_norm(x, self.gamma, self.beta, None, None, True, 0.0, self.eps)
             if self.update_stats:
                 with torch.no_grad():
-                    self.running_mean.lerp_(mean, BN_MOMENTUM)
-                    self.running_var.lerp_(invstd.pow(-2) - BN_EPS, BN_MOMENTUM)
+                    self.running_mean.lerp_(mean, self.momentum)
+                    self.running_var.lerp_(invstd.pow(-2) - self.eps, self.momentum)
             return out
         dims = [0, *range(2, x.dim())]
         count = x.numel() // x.shape[1]
@@ -61,10 +62,10 @@ class BatchNorm(nn.Module):
         mean, var = combine_moments(parts, move=lambda t: t.to(x.device))
         if self.update_stats:
             with torch.no_grad():
-                self.running_mean.lerp_(mean.detach(), BN_MOMENTUM)
-                self.running_var.lerp_(var.detach(), BN_MOMENTUM)
+                self.running_mean.lerp_(mean.detach(), self.momentum)
+                self.running_var.lerp_(var.detach(), self.momentum)
         shape = [1, -1] + [1] * (x.dim() - 2)
-        scale = self.gamma * torch.rsqrt(var + BN_EPS)
+        scale = self.gamma * torch.rsqrt(var + self.eps)
         return ((wide - mean.view(shape)) * scale.view(shape) + self.beta.view(shape)).to(x.dtype)
 
     @staticmethod

@@ -10,9 +10,10 @@ random images of the run's shard shape (at most 32 rows; the run itself is untou
 keeps the faster in ``layout.json`` under ``~/.cache/multidev/torch/<cpu>``
 per model, shard shape and precision. ``multidev backends`` says what was
 chosen; ``MULTIDEV_TORCH_LAYOUT=nchw`` or ``nhwc`` pins it (the test suite
-pins ``nchw``). Float64 runs, inputs that are not images, replicas built
-with no run's batch size (``Setup.rows`` None, as in the kit) and the
-processes of a job (which take a kept choice, else ``nchw``) measure nothing.
+pins ``nchw``). Float64 runs, inputs that are not images, models without
+parameters, replicas built with no run's batch size (``Setup.rows`` None,
+as in the kit) and the processes of a job (which take a kept choice, else
+``nchw``) measure nothing.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def chosen(setup: Setup, model: nn.Module, cuda: bool) -> frozenset[str]:
 
 def _measured(setup: Setup, model: nn.Module) -> str:
     spec = setup.spec
-    if setup.dtype == "float64" or setup.rows is None or len(spec.in_shape) != 3:
+    if setup.dtype == "float64" or setup.rows is None or len(spec.in_shape) != 3 \
+            or not any(True for _ in model.parameters()):  # nothing to train: no convolution, no backward to time
         return DEFAULT
     rows = max(1, math.ceil(setup.rows / (len(setup.devices) * setup.group.size)))
     model_key = hashlib.sha256(repr((spec.graph, spec.in_shape, spec.num_classes)).encode()).hexdigest()[:16]

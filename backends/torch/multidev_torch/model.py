@@ -5,6 +5,8 @@ name (``stage1.block1.conv1``: nested containers), so ``state_dict()`` is the
 canonical state with no renaming. The other layers are torch functions. The
 forward runs the nodes in the graph's order and lets go of each output after
 its last reader, so a chain keeps no more alive than a hand-written one.
+Convolutions and pools work out their padding for their input's size once,
+when built (:mod:`.windows`).
 """
 
 from __future__ import annotations
@@ -17,58 +19,99 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from multidev.engine import LN_EPS, ModelSpec, MultidevError
+from multidev.engine import ModelSpec, MultidevError
 from multidev.nn import layers as L
 
+from . import windows
 from .batchnorm import BatchNorm
 
 Masks = Optional[dict[str, torch.Tensor]]
+Shape = tuple[int, ...]
+Function = Callable[[list[torch.Tensor]], torch.Tensor]
 
 MASKS_MISSING = ("the model has Dropout but this training batch carries no masks: the core draws them "
                  "(multidev.rules.dropout.shard_masks) and hands them over in Shards.masks")
 
 
 class LayerNorm(nn.Module):
-    """Each sample normalised over all its values (C, H, W together), a scale and shift per channel.
+    """Each sample normalised over all its values (``last`` None) or over its last ``last`` axes.
 
-    That is GroupNorm with one group: torch's fused kernel, for images and for features alike.
+    Over all of them it is GroupNorm with one group, a scale and shift per channel: torch's fused kernel, for
+    images and features alike; over the last axes, torch's own layer_norm. ``affine`` False: no scale and shift.
     """
 
-    def __init__(self, channels: int) -> None:
+    def __init__(self, layer: L.LayerNorm, shape: Shape) -> None:
         super().__init__()
-        self.gamma = nn.Parameter(torch.ones(channels))
-        self.beta = nn.Parameter(torch.zeros(channels))
+        self.eps = layer.eps
+        self.normalized = None if layer.last is None else tuple(shape[-layer.last:])
+        size = (shape[0],) if self.normalized is None else self.normalized
+        self.gamma = nn.Parameter(torch.ones(size)) if layer.affine else None
+        self.beta = nn.Parameter(torch.zeros(size)) if layer.affine else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.group_norm(x, 1, self.gamma, self.beta, LN_EPS)
+        if self.normalized is None:
+            return F.group_norm(x, 1, self.gamma, self.beta, self.eps)
+        return F.layer_norm(x, self.normalized, self.gamma, self.beta, self.eps)
 
 
-def _module(layer: L.Layer, cin: int) -> Optional[nn.Module]:
-    """torch's own layer for a node that holds parameters (``cin``: its input's channels or features); else None."""
+def _module(layer: L.Layer, shape: Shape) -> Optional[nn.Module]:
+    """torch's own layer for a node that holds parameters (``shape``: its first input's); else None."""
     if isinstance(layer, L.Conv2d):
-        return nn.Conv2d(cin, layer.out_channels, layer.kernel_size, layer.stride, layer.padding, bias=layer.bias)
+        return windows.Conv2d(layer, shape)
     if isinstance(layer, L.Dense):
-        return nn.Linear(cin, layer.out_features, bias=layer.bias)
+        return nn.Linear(shape[-1], layer.out_features, bias=layer.bias)  # on the last axis, of any rank
     if isinstance(layer, L.BatchNorm):
-        return BatchNorm(cin)
+        return BatchNorm(shape[0], layer.eps, layer.momentum)
     if isinstance(layer, L.LayerNorm):
-        return LayerNorm(cin)
+        return LayerNorm(layer, shape)
     return None
 
 
-#: the layers without parameters, as functions of the layer and its inputs (Dropout is the forward's own)
+def _mul(xs: list[torch.Tensor]) -> torch.Tensor:
+    """The product broadcast as the language does, from the sample's first axis: a sample of fewer axes gets
+    size-1 axes after the batch axis, where torch's own broadcasting would line it up with the batch."""
+    rank = max(x.dim() for x in xs)
+    return functools.reduce(operator.mul, [x[(slice(None),) + (None,) * (rank - x.dim())] for x in xs])
+
+
+#: the layers without parameters, as functions of the layer and its inputs (pools: :func:`windows.pool`)
 FUNCTIONS: dict[type, Callable[[L.Layer, list[torch.Tensor]], torch.Tensor]] = {
     L.ReLU: lambda _, xs: F.relu(xs[0]),
-    L.GELU: lambda _, xs: F.gelu(xs[0]),  # the exact erf form, torch's default
+    L.GELU: lambda layer, xs: F.gelu(xs[0], approximate=layer.approximate),
     L.Tanh: lambda _, xs: torch.tanh(xs[0]),
     L.Sigmoid: lambda _, xs: torch.sigmoid(xs[0]),
-    L.MaxPool2d: lambda layer, xs: F.max_pool2d(xs[0], layer.kernel_size, layer.step),
-    L.AvgPool2d: lambda layer, xs: F.avg_pool2d(xs[0], layer.kernel_size, layer.step),
-    L.GlobalAvgPool: lambda _, xs: xs[0].mean(dim=(2, 3)),
+    L.ReLU6: lambda _, xs: F.relu6(xs[0]),
+    L.LeakyReLU: lambda layer, xs: F.leaky_relu(xs[0], layer.negative_slope),
+    L.SiLU: lambda _, xs: F.silu(xs[0]),
+    L.HardSigmoid: lambda _, xs: F.hardsigmoid(xs[0]),
+    L.HardSwish: lambda _, xs: F.hardswish(xs[0]),
+    L.GlobalAvgPool: lambda layer, xs: xs[0].mean(dim=(2, 3), keepdim=layer.keepdims),
     L.Flatten: lambda _, xs: xs[0].flatten(1),
     L.Add: lambda _, xs: functools.reduce(operator.add, xs),
-    L.Concat: lambda _, xs: torch.cat(xs, 1),
+    L.Mul: lambda _, xs: _mul(xs),
+    L.Concat: lambda layer, xs: torch.cat(xs, layer.axis % (xs[0].dim() - 1) + 1),  # the sample's axis
 }
+
+
+def _apply(layer: L.Layer, xs: list[torch.Tensor]) -> torch.Tensor:
+    """``FUNCTIONS``' entry, looked up by name at each call so that the model pickles (its entries are lambdas)."""
+    return FUNCTIONS[type(layer)](layer, xs)
+
+
+def _first(function: Callable[[torch.Tensor], torch.Tensor], xs: list[torch.Tensor]) -> torch.Tensor:
+    return function(xs[0])
+
+
+def _function(layer: L.Layer, node: str, shape: Shape) -> Optional[Function]:
+    """The function of node ``node`` without parameters (``shape``: its first input's); None for Dropout (masks are
+    the forward's)."""
+    if isinstance(layer, L.Dropout):
+        return None
+    if isinstance(layer, L.MaxPool2d):  # AvgPool2d too: the padding worked out once for the input's size
+        return functools.partial(_first, windows.pool(layer, shape))
+    if type(layer) not in FUNCTIONS:
+        raise MultidevError(f"the torch engine cannot build {layer.where(node)}: upgrade multidev-torch")
+    return functools.partial(_apply, layer)
 
 
 class Network(nn.Module):
@@ -78,16 +121,15 @@ class Network(nn.Module):
         super().__init__()
         shapes = spec.graph.shapes(spec.in_shape)
         last_reader = {name: i for i, node in enumerate(spec.graph.nodes) for name in node.inputs}
-        self._steps = []  # (node name, layer, input names, has a module, outputs nobody reads after this node)
+        self._steps = []  # (node name, layer, input names, its function (None: a module), outputs read no more)
         for i, node in enumerate(spec.graph.nodes):
-            module = _module(node.layer, shapes[node.inputs[0]][0])
+            shape = shapes[node.inputs[0]]
+            module = _module(node.layer, shape)
             if module is not None:
                 self._add(node.name, module)
-            elif not isinstance(node.layer, L.Dropout) and type(node.layer) not in FUNCTIONS:
-                raise MultidevError(f"the torch engine cannot build {node.layer.where(node.name)}: "
-                                    f"upgrade multidev-torch")
             done = tuple(n for n in dict.fromkeys(node.inputs) if last_reader[n] == i)
-            self._steps.append((node.name, node.layer, node.inputs, module is not None, done))
+            self._steps.append((node.name, node.layer, node.inputs,
+                                None if module is not None else _function(node.layer, node.name, shape), done))
 
     def _add(self, name: str, module: nn.Module) -> None:
         """``module`` at the dotted path ``name``, making the containers on the way."""
@@ -104,14 +146,14 @@ class Network(nn.Module):
 
     def forward(self, x: torch.Tensor, masks: Masks = None) -> torch.Tensor:
         outs = {"input": x}
-        for name, layer, inputs, has_module, done in self._steps:
+        for name, layer, inputs, function, done in self._steps:
             xs = [outs[n] for n in inputs]
-            if has_module:  # looked up each time, so a module swapped in (model surgery) is the one that runs
-                out = self.get_submodule(name)(xs[0])
+            if function is not None:
+                out = function(xs)
             elif isinstance(layer, L.Dropout):
                 out = xs[0] * self._mask(name, masks, xs[0]) if self.training else xs[0]
-            else:
-                out = FUNCTIONS[type(layer)](layer, xs)
+            else:  # looked up each time, so a module swapped in (model surgery) is the one that runs
+                out = self.get_submodule(name)(xs[0])
             for n in done:
                 del outs[n]
             outs[name] = out

@@ -10,7 +10,7 @@ state is every device's.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Optional
 
 import numpy as np
 import torch
@@ -30,13 +30,14 @@ def torch_optimizer(optimizer: Optimizer, params: Iterable[torch.nn.Parameter]) 
                            weight_decay=optimizer.weight_decay)
 
 
-def read_state(opt: torch.optim.Optimizer, optimizer: Optimizer, params: Mapping[str, torch.nn.Parameter],
+def read_state(opt: Optional[torch.optim.Optimizer], optimizer: Optimizer, params: Mapping[str, torch.nn.Parameter],
                names: list[str], updates: int) -> State:
-    """``opt``'s state under canonical names; zeros for a slot torch has not made yet."""
+    """``opt``'s state under canonical names; zeros for a slot torch has not made yet (no ``opt``: a model with
+    nothing to train, whose state is the update count alone)."""
     state: State = {STEP: np.array(updates, np.int64)}
     for slot in optimizer.slots:
         for name in names:
-            held = opt.state.get(params[name], {}).get(SLOTS[slot])
+            held = None if opt is None else opt.state.get(params[name], {}).get(SLOTS[slot])
             value = torch.zeros_like(params[name]) if held is None else held
             state[slot_name(slot, name)] = value.detach().cpu().numpy().copy()
     return state

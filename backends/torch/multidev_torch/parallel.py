@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from multidev.engine import (AllGather, DeviceShard, HostSum, MultidevError, Placed, ReplicaStates, Setup, Shards,
+from multidev.engine import (STEP, AllGather, DeviceShard, HostSum, MultidevError, Placed, ReplicaStates, Setup, Shards,
                              WaitedSteps,
                              State, StepStats, labels, predictions, run_lockstep, statistic_sources)
 
@@ -88,7 +88,10 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         self.models = [copy.deepcopy(base).to(place, self.dtype).to(memory_format=self._layout)
                        for place in self._places]
         self.load_state(state)
-        self.optimizers = [optimizers.torch_optimizer(setup.optimizer, m.parameters()) for m in self.models]
+        # a definition without parameters (an imported graph of operations) has nothing to train: no optimizer
+        self._trains = any(True for _ in base.parameters())
+        self.optimizers = [optimizers.torch_optimizer(setup.optimizer, m.parameters()) for m in self.models] \
+            if self._trains else []
         self._updates = 0      # optimizer.step: updates done
         self._holding = False  # replicas' .grad hold micro-batches of an update not yet made
         self._bf16 = setup.precision == "bf16"
@@ -162,7 +165,8 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         # Shard i's loss is its sum over the whole batch: weight n_i / B (contract: Loss, gradients and the update).
         # In the parameters' dtype: float32 from bfloat16 logits (contract: Mixed precision).
         losses = [F.cross_entropy(logits[i].to(self.dtype), batch[i].y, reduction="sum") for i in active]
-        torch.autograd.backward([loss / total for loss in losses])
+        if self._trains:
+            torch.autograd.backward([loss / total for loss in losses])
         return self._to_host(losses, [(logits[i].argmax(1) == batch[i].y).sum() for i in active], batch.host.total)
 
     def _to_host(self, losses: list[torch.Tensor], corrects: list[torch.Tensor], total: int) -> Sums:
@@ -189,6 +193,8 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         Linear, so summing once per update equals summing every micro-batch.
         """
         self._holding = False
+        if not self._trains:
+            return
         holding = [i for i, m in enumerate(self.models) if next(m.parameters()).grad is not None]
         if holding:
             self._allreduce(holding)
@@ -302,13 +308,14 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
 
     def optimizer_state(self) -> State:
         """Device 0's torch optimizer state under canonical names."""
-        return optimizers.read_state(self.optimizers[0], self.setup.optimizer, dict(self.models[0].named_parameters()),
-                                     self.spec.trainable(), self._updates)
+        return optimizers.read_state(self.optimizers[0] if self.optimizers else None, self.setup.optimizer,
+                                     dict(self.models[0].named_parameters()), self.spec.trainable(), self._updates)
 
     def load_optimizer_state(self, state: State) -> None:
-        """Canonical state into every replica's torch optimizer."""
+        """Canonical state into every replica's torch optimizer (none: only the update count)."""
+        self._updates = int(state[STEP])
         for opt, model in zip(self.optimizers, self.models):
-            self._updates = optimizers.write_state(opt, self.setup.optimizer, dict(model.named_parameters()), state)
+            optimizers.write_state(opt, self.setup.optimizer, dict(model.named_parameters()), state)
 
     def _eval_logits(self, batch: Batch) -> list[torch.Tensor]:
         """Inference-mode logits of the non-empty shards, under the training's precision, in the parameters' dtype."""

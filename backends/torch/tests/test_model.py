@@ -10,6 +10,7 @@ import pytest
 
 import multidev
 from multidev import nn, reference
+from multidev.engine import STEP, Optimizer
 from multidev.rules.dropout import shard_masks
 from multidev.testing import FLOAT64_RTOL, batch
 from multidev.testing import assert_states_close
@@ -82,3 +83,23 @@ def test_dropout_model_trained_without_masks_is_one_line():
         with pytest.raises(multidev.MultidevError, match="masks") as err:
             run()
         assert "\n" not in str(err.value) and "shard_masks" in str(err.value)
+
+
+def test_a_definition_without_parameters_accumulates_and_resumes():
+    """Nothing to train: micro-batches, an AdamW update and its state round trip without a torch optimizer (torch's
+    refuses an empty parameter list); the update count still moves, as a checkpoint needs."""
+    spec = multidev.ModelSpec("ops", (2, 6, 6), 2, graph=nn.Sequential(nn.MaxPool2d(3, padding="same"), nn.ReLU(),
+                                                                        nn.GlobalAvgPool()).graph())
+    setup = multidev.Setup(spec, tuple(multidev.resolve_devices(devices=2)), "local", "float32",
+                           optimizer=Optimizer("adamw"), accumulate=2)
+    reps = multidev.replicate(multidev.load_backend("torch"), setup, {})
+    x, y = batch(spec, 7)
+    placed = reps.place(multidev.cut(x, y, SIZES))
+    first, second = reps.accumulate(placed), reps.train_step(placed, lr=0.1)
+    assert first.count == second.count == 7 and first.loss_sum == pytest.approx(second.loss_sum)
+    assert reps.state() == {} and reps.gradients(placed) == {}
+    saved = reps.optimizer_state()
+    assert list(saved) == [STEP] and int(saved[STEP]) == 1
+    again = multidev.replicate(multidev.load_backend("torch"), setup, {})
+    again.load_optimizer_state(saved)
+    assert int(again.optimizer_state()[STEP]) == 1
