@@ -9,20 +9,22 @@ so does the class count of a last ``Dense()``. ``Sequential`` and
 
 ``layers`` holds the layers; ``graph`` the forms and the flat graph;
 ``zoo`` the networks multidev ships (``resnet18``, ``lenet``, ``mlp``,
-``convnet``); ``onnx`` reads and writes ONNX files (``from_onnx``,
+``convnet``, ``mobilenet_v2``, ``vit``); ``onnx`` reads and writes ONNX files (``from_onnx``,
 ``to_onnx``; the optional onnx package is imported only when they run).
 """
 
 from multidev.nn.graph import Graph, Input, Model, Residual, Sequential
-from multidev.nn.layers import (GELU, Add, AvgPool2d, BatchNorm, Concat, Conv2d, Dense, Dropout, Flatten, GlobalAvgPool,
-                                HardSigmoid, HardSwish, Layer, LayerNorm, LeakyReLU, MaxPool2d, Mul, ReLU, ReLU6, Sigmoid,
-                                SiLU, Tanh)
-from multidev.nn.zoo import ZOO, convnet, lenet, mlp, resnet18
+from multidev.nn.layers import (GELU, Add, AvgPool2d, BatchNorm, ClassToken, Concat, Conv2d, Dense, DropPath, Dropout,
+                                Flatten, GlobalAvgPool, HardSigmoid, HardSwish, Layer, LayerNorm, LeakyReLU, MatMul,
+                                MaxPool2d, Mul, MultiHeadAttention, PositionEmbedding, ReLU, ReLU6, Reshape, Scale,
+                                Sigmoid, SiLU, Slice, Softmax, Tanh, Transpose)
+from multidev.nn.zoo import ZOO, convnet, lenet, mlp, mobilenet_v2, resnet18, vit
 
-__all__ = ["Add", "AvgPool2d", "BatchNorm", "Concat", "Conv2d", "Dense", "Dropout", "Flatten", "GELU",
-           "GlobalAvgPool", "Graph", "HardSigmoid", "HardSwish", "Input", "Layer", "LayerNorm", "LeakyReLU",
-           "MaxPool2d", "Model", "Mul", "ReLU", "ReLU6", "Residual", "Sequential", "SiLU", "Sigmoid", "Tanh",
-           "ZOO", "convnet", "from_onnx", "lenet", "mlp", "resnet18", "to_onnx"]
+__all__ = ["Add", "AvgPool2d", "BatchNorm", "ClassToken", "Concat", "Conv2d", "Dense", "DropPath", "Dropout", "Flatten",
+           "GELU", "GlobalAvgPool", "Graph", "HardSigmoid", "HardSwish", "Input", "Layer", "LayerNorm", "LeakyReLU",
+           "MatMul", "MaxPool2d", "Model", "Mul", "MultiHeadAttention", "PositionEmbedding", "ReLU", "ReLU6",
+           "Reshape", "Residual", "Scale", "Sequential", "SiLU", "Sigmoid", "Slice", "Softmax", "Tanh", "Transpose",
+           "ZOO", "convnet", "from_onnx", "lenet", "mlp", "mobilenet_v2", "resnet18", "to_onnx", "vit"]
 
 
 def __getattr__(name: str):

@@ -106,6 +106,41 @@ LAYER_CASES: dict[str, tuple[Callable[[], object], tuple[int, ...]]] = {
     "Mul": (_joined(nn.Mul), IMAGES),
     "Mul-gate": (_gated, IMAGES),
 }
+def _tokens(*layers: nn.Layer, head: bool = True) -> Callable[[], nn.Sequential]:
+    """Images (2, 6, 6) to tokens (9, 4) by a strided convolution, reshaped and transposed as a ViT's patches,
+    then ``layers``, then flattened into a Dense head."""
+    patches = (nn.Conv2d(4, 2, stride=2), nn.Reshape((4, -1)), nn.Transpose((1, 0)))
+    return lambda: nn.Sequential(*patches, *layers, *((nn.Flatten(), nn.Dense()) if head else ()))
+
+
+def _attention_scores() -> nn.Model:
+    """Queries times keys transposed, a softmax over the keys, times values: attention written out."""
+    x = nn.Input()
+    t = nn.Transpose((1, 0))(nn.Reshape((4, -1))(nn.Conv2d(4, 2, stride=2)(x)))
+    q, k, v = nn.Dense(3)(t), nn.Transpose((1, 0))(nn.Dense(3)(t)), nn.Dense(3)(t)
+    scores = nn.Softmax(-1)(nn.Scale(0.5)(nn.MatMul()(q, k)))
+    return nn.Model(x, nn.Dense()(nn.Flatten()(nn.MatMul()(scores, v))))
+
+
+#: the layers of token sequences (L, D): a transformer's vocabulary
+TOKEN_CASES = {
+    "Reshape-Transpose": (_tokens(), IMAGES),
+    "Dense-tokens": (_tokens(nn.Dense(5)), IMAGES),
+    "LayerNorm-last": (_tokens(nn.LayerNorm(eps=1e-6, last=1)), IMAGES),
+    "LayerNorm-last-2-no-affine": (_alone(nn.LayerNorm(last=2, affine=False)), IMAGES),
+    "Slice": (_tokens(nn.Slice(0, 1, None, 2)), IMAGES),
+    "Concat-axis-1": (_joined(lambda: nn.Concat(axis=1)), IMAGES),
+    "Softmax": (_tokens(nn.Softmax(-1)), IMAGES),
+    "MatMul-attention-written-out": (_attention_scores, IMAGES),
+    "ClassToken-PositionEmbedding": (_tokens(nn.ClassToken(), nn.PositionEmbedding()), IMAGES),
+    "MultiHeadAttention": (_tokens(nn.MultiHeadAttention(2)), IMAGES),
+    "MultiHeadAttention-no-bias": (_tokens(nn.MultiHeadAttention(4, bias=False)), IMAGES),
+    "DropPath": (_tokens(nn.Residual(nn.Dense(4), nn.DropPath(0.5))), IMAGES),
+    "vit": (lambda: nn.vit(patch=2, dim=8, depth=1, heads=2, mlp=16, drop_path=0.0), IMAGES),
+}
+
+#: the token cases the quick suite runs: attention written out and whole, and the ViT
+QUICK_TOKEN_CASES = ("LayerNorm-last", "MatMul-attention-written-out", "MultiHeadAttention", "DropPath", "vit")
 #: the cases the quick suite runs (the rest run with -m slow): each engine path once
 QUICK_LAYER_CASES = ("Conv2d", "Conv2d-stride-2-no-bias", "Dense", "BatchNorm-images", "BatchNorm-features",
                      "LayerNorm-images", "ReLU", "GELU", "MaxPool2d-3-stride-2", "AvgPool2d", "GlobalAvgPool",
@@ -201,6 +236,13 @@ class LayerChecks(EngineFixtures):
         spec = ModelSpec(case, shape, 3, build().graph())
         k = self.two_or_one(engine)  # uneven shards (4, 3): the layer on the core's cut
         self._judge(engine, spec, k, f"layer {case} alone")
+
+    @pytest.mark.parametrize("case", quick(list(TOKEN_CASES), QUICK_TOKEN_CASES))
+    def test_each_token_layer_alone_equals_float64_truth(self, engine, case):
+        """A transformer's layers on token sequences (L, D), each alone, then a small ViT."""
+        build, shape = TOKEN_CASES[case]
+        spec = ModelSpec(case, shape, 3, build().graph())
+        self._judge(engine, spec, self.two_or_one(engine), f"token layer {case}")
 
     @pytest.mark.parametrize("seed", quick(RANDOM_SEEDS, RANDOM_SEEDS[:1]))
     def test_random_compositions_equal_float64_truth(self, engine, seed):
