@@ -61,7 +61,8 @@ def _torch_net(torch):
 
 @pytest.mark.parametrize("opset, training", [(17, False), (17, True), (20, False)])
 def test_a_torch_export_computes_torchs_logits(tmp_path, opset, training):
-    """Below opset 20 torch writes GELU as Div/Erf/Add/Mul/Mul; in training mode BatchNorm has extra outputs.
+    """Below opset 20 torch writes GELU as Div/Erf/Add/Mul/Mul; in training mode BatchNorm has extra outputs and
+    training_mode 1, and Dropout stays in the file (an inference export leaves it out).
 
     The weights are float32; both sides compute in float64, so they agree far closer than 1e-5.
     """
@@ -74,7 +75,13 @@ def test_a_torch_export_computes_torchs_logits(tmp_path, opset, training):
         torch.onnx.export(net, torch.zeros(2, 3, 8, 8), str(path), dynamo=False, do_constant_folding=False,
                           training=mode, opset_version=opset, input_names=["input"], output_names=["logits"],
                           dynamic_axes={"input": {0: "N"}})
-    graph = from_onnx(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graph = from_onnx(path)
+    said = [str(w.message) for w in caught]  # a training-mode BatchNormalization reads as BatchNorm, said in one line
+    assert said == ["ONNX node '/bn1/BatchNormalization' (op BatchNormalization) has training_mode 1 (exported in "
+                    "training mode): multidev.nn reads it as BatchNorm, which uses the batch's statistics in training "
+                    "and the running ones in inference"] * training
     names = [n.name for n in graph.nodes]  # torch leaves Dropout out of an inference export
     assert names == ["conv1", "bn1", "relu1", "conv2", "add1", "pool", "flatten1", "fc1"] + ["drop"] * training \
         + ["act", "fc2"]
@@ -160,10 +167,11 @@ def test_round_trip_runs_in_onnxruntime_and_reads_back(tmp_path, model, in_shape
         np.testing.assert_array_equal(value, state[name])
 
 
-def _write(tmp_path, nodes, inits=(), in_dims=(4,), opset=17):
+def _write(tmp_path, nodes, inits=(), in_dims=(4,), opset=17, out_rank=None):
     """A one-input, one-output model built with onnx.helper, saved."""
     x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", *in_dims])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", *(f"d{i}" for i in range(len(in_dims)))])
+    out_dims = [f"d{i}" for i in range(out_rank or len(in_dims))]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", *out_dims])
     graph = helper.make_graph(list(nodes), "g", [x], [y], list(inits))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
     path = tmp_path / "m.onnx"
@@ -202,27 +210,64 @@ def test_matmul_and_add_make_one_dense(tmp_path):
     np.testing.assert_allclose(reference.predict(spec, spec.init(0), x), want, rtol=1e-5, atol=1e-5)
 
 
+def _refused(tmp_path, case):
+    """A file with one node that multidev.nn cannot express (``case``), built with onnx.helper."""
+    image, w = (3, 8, 8), [_weight("w", 3, 3, 3, 3)]
+    files = {
+        "softplus": lambda: _write(tmp_path, [helper.make_node("Softplus", ["input"], ["y"], name="act")]),
+        "same-lower": lambda: _write(tmp_path, [
+            helper.make_node("Conv", ["input", "w"], ["c"], name="c", strides=[2, 2], auto_pad="SAME_LOWER"),
+            helper.make_node("GlobalAveragePool", ["c"], ["p"], name="p"),
+            helper.make_node("Flatten", ["p"], ["y"], name="f")], w, in_dims=image, out_rank=1),
+        "kernel": lambda: _write(tmp_path, [helper.make_node("Conv", ["input", "w"], ["y"], name="c")],
+                                 [_weight("w", 3, 3, 3, 1)], in_dims=image),
+        "storage-order": lambda: _write(tmp_path, [helper.make_node("MaxPool", ["input"], ["y"], name="p",
+                                                                    kernel_shape=[2, 2], storage_order=1)],
+                                        in_dims=image),
+        "pool-dilations": lambda: _write(tmp_path, [helper.make_node("MaxPool", ["input"], ["y"], name="p",
+                                                                     kernel_shape=[2, 2], dilations=[2, 2])],
+                                         in_dims=image),
+        "momentum": lambda: _write(tmp_path, [helper.make_node("BatchNormalization", ["input", "s", "b", "m", "v"],
+                                                               ["y"], name="bn", momentum=1.0)],
+                                   [_weight(n, 4) for n in "sbmv"]),
+        "hardsigmoid": lambda: _write(tmp_path, [helper.make_node("HardSigmoid", ["input"], ["y"], name="h")]),
+        "clip": lambda: _write(tmp_path, [helper.make_node("Clip", ["input"], ["y"], name="c", min=-1.0, max=1.0)],
+                               opset=9),
+        "batched-matmul": lambda: _write(tmp_path, [helper.make_node("MatMul", ["input", "input"], ["y"], name="mm")]),
+        "matmul-images": lambda: _write(tmp_path, [helper.make_node("MatMul", ["input", "w"], ["y"], name="mm")],
+                                        [_weight("w", 8, 8)], in_dims=image),
+        "scale": lambda: _write(tmp_path, [helper.make_node("Mul", ["input", "w"], ["y"], name="scale")],
+                                [_weight("w", 4)]),
+        "transpose": lambda: _write(tmp_path, [helper.make_node("Transpose", ["input"], ["y"], name="t",
+                                                                perm=[0, 2, 3, 1])], in_dims=image),
+    }
+    return files[case]()
+
+
 @pytest.mark.parametrize("case, message", [
     ("softplus", "ONNX node 'act' (op Softplus) is not supported by multidev.nn: supported ops are Add, "),
-    ("dilation", "ONNX node 'wide' (op Conv) has dilations [2, 2]: multidev.nn's Conv2d needs"),
-    ("groups", "ONNX node 'depthwise' (op Conv) has group 3: multidev.nn's Conv2d has no groups"),
-    ("epsilon", "ONNX node 'bn' (op BatchNormalization) has epsilon 0.001: multidev.nn's BatchNorm uses 1e-05"),
-    ("tanh-gelu", "ONNX node 'g' (op Gelu) is the tanh approximation"),
+    ("same-lower", "ONNX node 'c' (op Conv) has auto_pad SAME_LOWER, which pads 8x8 inputs by (top 1, bottom 0, "
+                   "left 1, right 0): multidev.nn's 'same' puts the odd row and column at the bottom and right"),
+    ("kernel", "ONNX node 'c' (op Conv) has kernel 3x1: multidev.nn's Conv2d needs a square 2-D window"),
+    ("storage-order", "ONNX node 'p' (op MaxPool) has storage_order 1 (column-major indices): multidev.nn's "
+                      "MaxPool2d gives no indices"),
+    ("pool-dilations", "ONNX node 'p' (op MaxPool) has dilations [2, 2]: multidev.nn's MaxPool2d has no dilation"),
+    ("momentum", "ONNX node 'bn' (op BatchNormalization) does not fit multidev.nn's BatchNorm: BatchNorm's momentum "
+                 "must be"),
+    ("hardsigmoid", "ONNX node 'h' (op HardSigmoid) has alpha 0.2 and beta 0.5: multidev.nn's HardSigmoid is "
+                    "torch's"),
+    ("clip", "ONNX node 'c' (op Clip) clips to [-1, 1]: multidev.nn clips only to [0, 6] (ReLU6) or [0, inf)"),
+    ("batched-matmul", "ONNX node 'mm' (op MatMul) multiplies two computed values (a batched MatMul, as "
+                       "attention's): multidev.nn's Dense multiplies features (N, F) by a constant weight matrix"),
+    ("matmul-images", "ONNX node 'mm' (op MatMul) multiplies the last axis of images (N, C, H, W) by a matrix: "
+                      "multidev.nn's Dense takes features (N, F)"),
+    ("scale", "ONNX node 'scale' (op Mul) multiplies by the constant 'w': multidev.nn's Mul multiplies computed "
+              "values"),
+    ("transpose", "ONNX node 't' (op Transpose) transposes a computed value (perm [0, 2, 3, 1]): multidev.nn keeps "
+                  "images in (N, C, H, W) order"),
 ])
 def test_what_multidev_cannot_express_is_one_line_naming_the_node(tmp_path, case, message):
-    if case == "softplus":
-        path = _write(tmp_path, [helper.make_node("Softplus", ["input"], ["y"], name="act")])
-    elif case in ("dilation", "groups"):
-        attrs = {"dilations": [2, 2]} if case == "dilation" else {"group": 3}
-        node = helper.make_node("Conv", ["input", "w"], ["y"], name="wide" if case == "dilation" else "depthwise",
-                                **attrs)
-        path = _write(tmp_path, [node], [_weight("w", 3, 3 // attrs.get("group", 1), 3, 3)], in_dims=(3, 8, 8))
-    elif case == "epsilon":
-        node = helper.make_node("BatchNormalization", ["input", "s", "b", "m", "v"], ["y"], name="bn", epsilon=1e-3)
-        path = _write(tmp_path, [node], [_weight(n, 4) for n in "sbmv"])
-    else:
-        path = _write(tmp_path, [helper.make_node("Gelu", ["input"], ["y"], name="g", approximate="tanh")],
-                      opset=20)
+    path = _refused(tmp_path, case)
     with pytest.raises(MultidevError, match="^" + re.escape(message)) as err:
         from_onnx(path)
     assert "\n" not in str(err.value)
