@@ -1,0 +1,107 @@
+"""torchvision's classifiers, exported by torch's TorchScript exporter, read by nn.from_onnx.
+
+Why: these are the CNNs users bring; each one within reach of the model
+language must import and give torch's logits (float64 on both sides, within
+1e-6 of the largest logit), and each one beyond it must say in one line
+which node it cannot read. Built with ``weights=None, num_classes=10`` and
+random BatchNorm statistics; inputs of 32x32 (the smallest at which every
+stage of the 32x-downsampling networks still sees a pixel of its own), and
+224 for AlexNet and VGG, whose adaptive pools need 6x6 and 7x7 maps.
+"""
+
+import warnings
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import multidev
+from multidev import MultidevError, reference
+from multidev.nn.onnx import from_onnx
+
+pytest.importorskip("onnx", reason="the onnx package is not installed (pip install 'multidev[onnx]')")
+
+FAST = {"resnet18", "squeezenet1_0", "mobilenet_v2"}
+#: name -> (input size, counts of the layers that mark it)
+READ = {"resnet18": (32, {"Add": 8}), "squeezenet1_0": (32, {"Concat": 8, "MaxPool2d": 3}),
+        "mobilenet_v2": (32, {"ReLU6": 35, "Conv2d": 52}), "alexnet": (224, {"AvgPool2d": 1}),
+        "vgg11": (224, {"MaxPool2d": 5}), "resnet50": (32, {"Add": 16}), "densenet121": (32, {"AvgPool2d": 3}),
+        "googlenet": (32, {"Concat": 9, "MaxPool2d": 13}),
+        "mobilenet_v3_small": (32, {"HardSwish": 19, "HardSigmoid": 9, "Mul": 9}),
+        "efficientnet_b0": (32, {"SiLU": 49, "Sigmoid": 16, "Mul": 16}),
+        "regnet_y_400mf": (32, {"Sigmoid": 16, "Mul": 16})}
+#: name -> (input size, the one line from_onnx refuses it with): Reshape and Transpose of any rank are a later step
+REFUSED = {
+    "shufflenet_v2_x0_5": (32, "ONNX node '/stage2/stage2.0/Reshape' (op Reshape) reshapes to [1, 2, 24, 4, 4]: "
+                               "multidev.nn reshapes only to (N, -1), a Flatten"),
+    "convnext_tiny": (32, "ONNX node '/features/features.0/features.0.1/Transpose' (op Transpose) transposes a "
+                          "computed value (perm [0, 2, 3, 1]): multidev.nn keeps images in (N, C, H, W) order and "
+                          "transposes only weights"),
+    "swin_t": (32, "ONNX node '/features/features.0/features.0.1/Transpose' (op Transpose) transposes a computed "
+                   "value (perm [0, 2, 3, 1]): multidev.nn keeps images in (N, C, H, W) order and transposes only "
+                   "weights"),
+    "vit": (32, "ONNX node '/Reshape' (op Reshape) reshapes to [1, 32, 16]: multidev.nn reshapes only to (N, -1), "
+                "a Flatten"),
+}
+
+
+def _model(models, name: str):
+    """The classifier with 10 classes and BatchNorm statistics that are not the identity, in eval mode."""
+    import torch
+
+    torch.manual_seed(0)
+    if name == "vit":
+        model = models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
+                                         mlp_dim=64, num_classes=10)
+    else:
+        extra = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
+        model = getattr(models, name)(weights=None, num_classes=10, **extra)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.1)
+                m.running_mean.normal_(0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+    return model.eval()
+
+
+def _exported(models, name: str, size: int, folder):
+    import torch
+
+    model, path = _model(models, name), folder / f"{name}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's notes on the TorchScript exporter
+        torch.onnx.export(model, torch.zeros(1, 3, size, size), str(path), dynamo=False, do_constant_folding=False,
+                          opset_version=17)
+    return model, path
+
+
+def _speed(names):
+    return [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in names]
+
+
+@pytest.mark.parametrize("name", _speed(READ))
+def test_a_classifier_imports_and_gives_torchs_logits(torchvision_models, tmp_path, name):
+    import torch
+
+    size, marks = READ[name]
+    model, path = _exported(torchvision_models, name, size, tmp_path)
+    graph = from_onnx(path)
+    counts = Counter(type(n.layer).__name__ for n in graph.nodes)
+    assert {k: counts[k] for k in marks} == marks
+    spec = multidev.ModelSpec(name, (3, size, size), 10, graph=graph)
+    x = np.random.default_rng(1).normal(size=(2, 3, size, size))
+    with torch.no_grad():
+        want = model.double()(torch.from_numpy(x)).numpy()
+    got = reference.predict(spec, spec.init(0), x)
+    assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "vit" else pytest.mark.slow) for n in REFUSED])
+def test_a_classifier_beyond_the_model_language_is_one_line(torchvision_models, tmp_path, name):
+    size, message = REFUSED[name]
+    _, path = _exported(torchvision_models, name, size, tmp_path)
+    with pytest.raises(MultidevError) as err:
+        from_onnx(path)
+    assert str(err.value) == message
