@@ -334,40 +334,76 @@ def hard_swish_backward(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
     return dy * slope
 
 
+def softmax(x: np.ndarray, axis: int = -1):
+    """exp(x) / sum(exp(x)) along ``axis`` (of the whole array), the maximum subtracted first: nothing overflows."""
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    y = e / e.sum(axis=axis, keepdims=True)
+    return y, (y, axis)
+
+
+def softmax_backward(dy: np.ndarray, cache) -> np.ndarray:
+    """y (dy - sum(dy y)) along the axis: the Jacobian diag(y) - y y^T applied without forming it."""
+    y, axis = cache
+    return y * (dy - (dy * y).sum(axis=axis, keepdims=True))
+
+
+def scale(x: np.ndarray, factor: float):
+    """x times a constant, the constant rounded to x's dtype."""
+    f = x.dtype.type(factor)
+    return x * f, f
+
+
+def scale_backward(dy: np.ndarray, f) -> np.ndarray:
+    return dy * f
+
+
 # Normalisation, dropout -------------------------------------------------------
 def _per_feature(v: np.ndarray, ndim: int) -> np.ndarray:
     """A (C,) parameter broadcast over the axes after the feature axis 1: (1, C, 1, 1) for NCHW."""
     return v.reshape((1, -1) + (1,) * (ndim - 2))
 
 
-def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-5):
-    """LayerNorm over each whole sample, with one gamma and beta per feature (channel).
+def layer_norm(x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float = 1e-5,
+               last: int | None = None):
+    """LayerNorm over each whole sample with one gamma and beta per channel, or over its ``last`` axes.
 
-    Decision (issue 22): the statistics of sample i run over *every axis but
-    the batch axis* (C, H and W together for NCHW images; F for (N, F)
-    features), biased variance; gamma and beta have shape (C,) (or (F,)) and
-    are broadcast over H and W, so the parameter count does not depend on the
-    image size. For (N, F) this is torch's LayerNorm(F) and Keras'
+    Decision (issue 22): with ``last`` None the statistics of sample i run over
+    *every axis but the batch axis* (C, H and W together for NCHW images; F for
+    (N, F) features), biased variance; gamma and beta have shape (C,) (or (F,))
+    and are broadcast over H and W, so the parameter count does not depend on
+    the image size. For (N, F) this is torch's LayerNorm(F) and Keras'
     LayerNormalization(); for images it is torch's F.layer_norm over (C, H, W)
     with its elementwise weight set to gamma repeated over H and W (GroupNorm
     with one group computes the same), not Keras' default (the last axis only).
+    With ``last`` k the statistics run over the last k axes and gamma and beta
+    have their shape: torch's F.layer_norm(x, x.shape[-k:]), a transformer's
+    k = 1. gamma and beta None: no scale and shift (``affine=False``).
     """
-    axes = tuple(range(1, x.ndim))
+    axes = tuple(range(1 if last is None else x.ndim - last, x.ndim))
     t = x.dtype.type
     centred = x - x.mean(axis=axes, keepdims=True)
     inv_std = t(1) / np.sqrt((centred * centred).mean(axis=axes, keepdims=True) + t(eps))
     xhat = centred * inv_std
-    g = _per_feature(gamma, x.ndim)
-    return xhat * g + _per_feature(beta, x.ndim), (xhat, inv_std, g)
+    if gamma is None:
+        return xhat, (xhat, inv_std, None, axes, ())
+    # the axes a parameter is broadcast along, which its gradient sums over
+    if last is None:
+        g, b, others = _per_feature(gamma, x.ndim), _per_feature(beta, x.ndim), (0,) + tuple(range(2, x.ndim))
+    else:
+        g, b, others = gamma, beta, tuple(range(x.ndim - last))
+    return xhat * g + b, (xhat, inv_std, g, axes, others)
 
 
 def layer_norm_backward(dy: np.ndarray, cache):
-    """(dx, dgamma, dbeta); dx = inv_std * (d - mean(d) - x^ mean(d x^)) with d = dy * gamma, means per sample."""
-    xhat, inv_std, g = cache
-    axes = tuple(range(1, dy.ndim))
-    d = dy * g
+    """(dx, dgamma, dbeta); dx = inv_std * (d - mean(d) - x^ mean(d x^)) with d = dy * gamma, means per sample.
+
+    dgamma and dbeta are None without an affine transform.
+    """
+    xhat, inv_std, g, axes, others = cache
+    d = dy if g is None else dy * g
     dx = inv_std * (d - d.mean(axis=axes, keepdims=True) - xhat * (d * xhat).mean(axis=axes, keepdims=True))
-    others = (0,) + tuple(range(2, dy.ndim))  # every axis but the feature axis
+    if g is None:
+        return dx, None, None
     return dx, (dy * xhat).sum(axis=others), dy.sum(axis=others)
 
 
@@ -391,12 +427,46 @@ def dropout_backward(dy: np.ndarray, scaled: np.ndarray) -> np.ndarray:
 
 # Shapes and joins -------------------------------------------------------------
 def flatten(x: np.ndarray):
-    """(n, c, h, w) to (n, c * h * w) in C, H, W order: NCHW rows reshaped as they lie."""
+    """Any (n, ...) to (n, values) in C order: NCHW rows reshaped as they lie."""
     return x.reshape(len(x), -1), x.shape
 
 
 def flatten_backward(dy: np.ndarray, x_shape) -> np.ndarray:
     return dy.reshape(x_shape)
+
+
+def reshape(x: np.ndarray, shape: Sequence[int]):
+    """Each sample's values in C order given ``shape`` (the batch left out; one -1 takes what is left)."""
+    return x.reshape((len(x),) + tuple(shape)), x.shape
+
+
+def reshape_backward(dy: np.ndarray, x_shape) -> np.ndarray:
+    return dy.reshape(x_shape)
+
+
+def transpose(x: np.ndarray, perm: Sequence[int]):
+    """Each sample's axes in the order ``perm`` (sample axes: 0 is the first after the batch)."""
+    axes = (0,) + tuple(p + 1 for p in perm)
+    return np.ascontiguousarray(x.transpose(axes)), axes
+
+
+def transpose_backward(dy: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """The inverse permutation puts every gradient back where its value came from."""
+    return np.ascontiguousarray(dy.transpose(np.argsort(axes)))
+
+
+def slice_axis(x: np.ndarray, axis: int, start: int, stop: int, step: int):
+    """``x[start:stop:step]`` along sample axis ``axis`` (bounds already resolved, as ``Slice.bounds`` does)."""
+    index = (slice(None),) * (axis + 1) + (slice(start, stop, step),)
+    return x[index].copy(), (x.shape, index)
+
+
+def slice_axis_backward(dy: np.ndarray, cache) -> np.ndarray:
+    """The values the slice left out had no effect on the loss: their gradient is 0."""
+    x_shape, index = cache
+    dx = np.zeros(x_shape, dy.dtype)
+    dx[index] = dy
+    return dx
 
 
 def concat(xs, axis: int = 1):
@@ -438,6 +508,12 @@ def mul(xs):
     return y, (parts, [x.shape for x in xs])
 
 
+def _unbroadcast(g: np.ndarray, expanded: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
+    """``g`` summed over the axes an input of ``shape`` (``expanded`` to g's rank) was broadcast along."""
+    axes = tuple(a for a in range(g.ndim) if expanded[a] == 1 and g.shape[a] != 1)
+    return (g.sum(axis=axes, keepdims=True) if axes else g).reshape(shape)
+
+
 def mul_backward(dy: np.ndarray, cache) -> list:
     """Each input gets dy times the other inputs, summed over the axes it was broadcast along."""
     parts, shapes = cache
@@ -447,20 +523,41 @@ def mul_backward(dy: np.ndarray, cache) -> list:
         for j, other in enumerate(parts):
             if j != i:
                 g = g * other
-        axes = tuple(a for a in range(g.ndim) if x.shape[a] == 1 and g.shape[a] != 1)
-        out.append((g.sum(axis=axes, keepdims=True) if axes else g).reshape(shape))
+        out.append(_unbroadcast(g, x.shape, shape))
     return out
+
+
+def matmul(xs):
+    """Each sample's (..., M, K) @ (..., K, N), the leading sample axes broadcast as NumPy does.
+
+    The samples are expanded to one rank first, so that a sample's leading
+    axes never meet the batch axis.
+    """
+    a, b = xs
+    rank = max(a.ndim, b.ndim)
+    ea, eb = _expand(a, rank), _expand(b, rank)
+    return ea @ eb, (ea, eb, a.shape, b.shape)
+
+
+def matmul_backward(dy: np.ndarray, cache) -> list:
+    """dA = dY B^T, dB = A^T dY, each summed over the leading axes its input was broadcast along."""
+    ea, eb, a_shape, b_shape = cache
+    da = dy @ np.swapaxes(eb, -1, -2)
+    db = np.swapaxes(ea, -1, -2) @ dy
+    return [_unbroadcast(da, ea.shape, a_shape), _unbroadcast(db, eb.shape, b_shape)]
 
 
 # Dense ------------------------------------------------------------------------
 def dense(x: np.ndarray, w: np.ndarray, b: np.ndarray):
-    """Weights (out, in), the canonical layout: y = x W^T + b."""
+    """Weights (out, in), the canonical layout: y = x W^T + b on the last axis of any rank."""
     return x @ w.T + b, (x, w)
 
 
 def dense_backward(dy: np.ndarray, cache):
+    """Every row of every sample (tokens too) adds its outer product to the weight's gradient."""
     x, w = cache
-    return dy @ w, dy.T @ x, dy.sum(axis=0)
+    rows = dy.reshape(-1, dy.shape[-1])
+    return dy @ w, rows.T @ x.reshape(-1, x.shape[-1]), rows.sum(axis=0)
 
 
 # Loss -------------------------------------------------------------------------

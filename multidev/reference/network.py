@@ -22,7 +22,7 @@ import numpy as np
 from multidev.errors import MultidevError
 from multidev.nn import layers as nn
 from multidev.nn.graph import Graph
-from multidev.reference import layers
+from multidev.reference import layers, tokens
 from multidev.reference.batchnorm import BatchNorm
 from multidev.rules.models import ModelSpec, State
 
@@ -100,16 +100,56 @@ class Dense(Node):
 
 class LayerNorm(Node):
     def one(self, run, d, xs):
-        p = run.params[d]
-        return layers.layer_norm(xs[0], p[f"{self.name}.gamma"], p[f"{self.name}.beta"], self.layer.eps)
+        p, lay = run.params[d], self.layer
+        gamma, beta = (p[f"{self.name}.gamma"], p[f"{self.name}.beta"]) if lay.affine else (None, None)
+        return layers.layer_norm(xs[0], gamma, beta, lay.eps, lay.last)
 
     def back(self, g, dy, cache):
-        dx, g[f"{self.name}.gamma"], g[f"{self.name}.beta"] = layers.layer_norm_backward(dy, cache)
+        dx, dgamma, dbeta = layers.layer_norm_backward(dy, cache)
+        if self.layer.affine:
+            g[f"{self.name}.gamma"], g[f"{self.name}.beta"] = dgamma, dbeta
+        return [dx]
+
+
+class ClassToken(Node):
+    def one(self, run, d, xs):
+        return tokens.class_token(xs[0], run.params[d][f"{self.name}.token"])
+
+    def back(self, g, dy, cache):
+        dx, g[f"{self.name}.token"] = tokens.class_token_backward(dy, cache)
+        return [dx]
+
+
+class PositionEmbedding(Node):
+    def one(self, run, d, xs):
+        return tokens.position_embedding(xs[0], run.params[d][f"{self.name}.embedding"])
+
+    def back(self, g, dy, cache):
+        dx, g[f"{self.name}.embedding"] = tokens.position_embedding_backward(dy, cache)
+        return [dx]
+
+
+class MultiHeadAttention(Node):
+    """Parameters ``in_weight``, ``in_bias``, ``out_weight``, ``out_bias`` (the biases only with ``bias``)."""
+
+    def one(self, run, d, xs):
+        p, name, bias = run.params[d], self.name, self.layer.bias
+        return tokens.attention(xs[0], p[f"{name}.in_weight"], p[f"{name}.in_bias"] if bias else None,
+                                p[f"{name}.out_weight"], p[f"{name}.out_bias"] if bias else None, self.layer.heads)
+
+    def back(self, g, dy, cache):
+        dx, din_w, din_b, dout_w, dout_b = tokens.attention_backward(dy, cache)
+        g[f"{self.name}.in_weight"], g[f"{self.name}.out_weight"] = din_w, dout_w
+        if self.layer.bias:
+            g[f"{self.name}.in_bias"], g[f"{self.name}.out_bias"] = din_b, dout_b
         return [dx]
 
 
 class Dropout(Node):
-    """Inverted dropout with the core's multipliers; the identity in inference."""
+    """Inverted dropout with the core's multipliers; the identity in inference.
+
+    DropPath's multipliers are one per sample, (n, 1, ..., 1): they broadcast over the sample's values.
+    """
 
     def one(self, run, d, xs):
         if not run.train:
@@ -147,6 +187,22 @@ def _max_pool(lay: nn.MaxPool2d):
     return forward, layers.max_pool2d_backward
 
 
+def _slice(lay: nn.Slice):
+    """The slice's bounds resolved at each input's size (``Slice.bounds``: Python's rule)."""
+    def forward(x: np.ndarray):
+        return layers.slice_axis(x, *lay.bounds(x.shape[1:]))
+    return forward, layers.slice_axis_backward
+
+
+def _concat(lay: nn.Concat):
+    """The layer's sample axis as an axis of the batched arrays (one past it)."""
+    return lambda xs: layers.concat(xs, lay.axis % (xs[0].ndim - 1) + 1), layers.concat_backward
+
+
+def _softmax(lay: nn.Softmax):
+    return lambda x: layers.softmax(x, lay.axis % (x.ndim - 1) + 1), layers.softmax_backward
+
+
 def _avg_pool(lay: nn.AvgPool2d):
     def forward(x: np.ndarray):
         shape = x.shape[1:]
@@ -169,12 +225,24 @@ _FUNCTIONS: dict[type, Callable[[nn.Layer], tuple[Callable, Callable]]] = {
     nn.AvgPool2d: _avg_pool,
     nn.GlobalAvgPool: lambda lay: (lambda x: layers.global_avg_pool(x, lay.keepdims), layers.global_avg_pool_backward),
     nn.Flatten: lambda lay: (layers.flatten, layers.flatten_backward),
+    nn.Reshape: lambda lay: (lambda x: layers.reshape(x, lay.shape), layers.reshape_backward),
+    nn.Transpose: lambda lay: (lambda x: layers.transpose(x, lay.perm), layers.transpose_backward),
+    nn.Slice: _slice,
+    nn.Softmax: _softmax,
+    nn.Scale: lambda lay: (lambda x: layers.scale(x, lay.factor), layers.scale_backward),
 }
 
-_JOINS = {nn.Add: (layers.add, layers.add_backward), nn.Concat: (layers.concat, layers.concat_backward),
-          nn.Mul: (layers.mul, layers.mul_backward)}
+#: layers of two or more inputs
+_JOINS: dict[type, Callable[[nn.Layer], tuple[Callable, Callable]]] = {
+    nn.Add: lambda lay: (layers.add, layers.add_backward),
+    nn.Concat: _concat,
+    nn.Mul: lambda lay: (layers.mul, layers.mul_backward),
+    nn.MatMul: lambda lay: (layers.matmul, layers.matmul_backward),
+}
 
-_NODES: dict[type, type[Node]] = {nn.Conv2d: Conv, nn.Dense: Dense, nn.LayerNorm: LayerNorm, nn.Dropout: Dropout}
+_NODES: dict[type, type[Node]] = {nn.Conv2d: Conv, nn.Dense: Dense, nn.LayerNorm: LayerNorm, nn.Dropout: Dropout,
+                                  nn.DropPath: Dropout, nn.ClassToken: ClassToken,
+                                  nn.PositionEmbedding: PositionEmbedding, nn.MultiHeadAttention: MultiHeadAttention}
 
 
 class _BatchNorm(Node):
@@ -199,7 +267,7 @@ def node(name: str, layer: nn.Layer) -> Node:
     if kind in _NODES:
         return _NODES[kind](name, layer)
     if kind in _JOINS:
-        return Function(name, layer, *_JOINS[kind], many=True)
+        return Function(name, layer, *_JOINS[kind](layer), many=True)
     if kind in _FUNCTIONS:
         return Function(name, layer, *_FUNCTIONS[kind](layer))
     raise MultidevError(f"the reference has no {kind.__name__} (node {name!r})")
