@@ -10,7 +10,10 @@ canonical names) and ``distributed`` (one process per device: ``launch``,
 ``join``, ``leave``, ``all_sum``).
 
 torch's own: ``cpu_layout`` (NCHW or NHWC memory on CPU devices, chosen by timing)
-and ``gpu`` (cuDNN's algorithm timing and channels-last memory on a GPU).
+and ``gpu`` (cuDNN's algorithm timing and channels-last memory on a GPU); the model's
+``windows`` (convolutions' and pools' padding, worked out once per node) and
+``tokens`` (a transformer's class token, position embedding and attention,
+their weights under the language's names).
 """
 
 from .backend import TorchBackend

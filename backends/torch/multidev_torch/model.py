@@ -6,7 +6,7 @@ canonical state with no renaming. The other layers are torch functions. The
 forward runs the nodes in the graph's order and lets go of each output after
 its last reader, so a chain keeps no more alive than a hand-written one.
 Convolutions and pools work out their padding for their input's size once,
-when built (:mod:`.windows`).
+when built (:mod:`.windows`); the token layers' modules are in :mod:`.tokens`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from torch import nn
 from multidev.engine import ModelSpec, MultidevError
 from multidev.nn import layers as L
 
-from . import windows
+from . import tokens, windows
 from .batchnorm import BatchNorm
 
 Masks = Optional[dict[str, torch.Tensor]]
@@ -64,14 +64,24 @@ def _module(layer: L.Layer, shape: Shape) -> Optional[nn.Module]:
         return BatchNorm(shape[0], layer.eps, layer.momentum)
     if isinstance(layer, L.LayerNorm):
         return LayerNorm(layer, shape)
-    return None
+    return tokens.module(layer, shape)
 
 
-def _mul(xs: list[torch.Tensor]) -> torch.Tensor:
-    """The product broadcast as the language does, from the sample's first axis: a sample of fewer axes gets
-    size-1 axes after the batch axis, where torch's own broadcasting would line it up with the batch."""
+def _aligned(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The inputs broadcast as the language does, from the sample's last axis: a sample of fewer axes gets size-1
+    axes after the batch axis, where torch's own broadcasting would line its first up with the batch."""
     rank = max(x.dim() for x in xs)
-    return functools.reduce(operator.mul, [x[(slice(None),) + (None,) * (rank - x.dim())] for x in xs])
+    return [x[(slice(None),) + (None,) * (rank - x.dim())] for x in xs]
+
+
+def _slice(layer: L.Slice, x: torch.Tensor) -> torch.Tensor:
+    axis, start, stop, step = layer.bounds(tuple(x.shape[1:]))
+    return x[(slice(None),) * (axis + 1) + (slice(start, stop, step),)]
+
+
+def _axis(axis: int, x: torch.Tensor) -> int:
+    """The dimension of x (batch first) of the sample's ``axis``, which may count from the end."""
+    return axis % (x.dim() - 1) + 1
 
 
 #: the layers without parameters, as functions of the layer and its inputs (pools: :func:`windows.pool`)
@@ -88,8 +98,14 @@ FUNCTIONS: dict[type, Callable[[L.Layer, list[torch.Tensor]], torch.Tensor]] = {
     L.GlobalAvgPool: lambda layer, xs: xs[0].mean(dim=(2, 3), keepdim=layer.keepdims),
     L.Flatten: lambda _, xs: xs[0].flatten(1),
     L.Add: lambda _, xs: functools.reduce(operator.add, xs),
-    L.Mul: lambda _, xs: _mul(xs),
-    L.Concat: lambda layer, xs: torch.cat(xs, layer.axis % (xs[0].dim() - 1) + 1),  # the sample's axis
+    L.Mul: lambda _, xs: functools.reduce(operator.mul, _aligned(xs)),
+    L.Concat: lambda layer, xs: torch.cat(xs, _axis(layer.axis, xs[0])),
+    L.MatMul: lambda _, xs: torch.matmul(*_aligned(xs)),
+    L.Softmax: lambda layer, xs: F.softmax(xs[0], _axis(layer.axis, xs[0])),
+    L.Scale: lambda layer, xs: xs[0] * layer.factor,
+    L.Reshape: lambda layer, xs: xs[0].reshape(xs[0].shape[0], *layer.shape),
+    L.Transpose: lambda layer, xs: xs[0].permute(0, *(p + 1 for p in layer.perm)),
+    L.Slice: lambda layer, xs: _slice(layer, xs[0]),
 }
 
 
@@ -103,8 +119,8 @@ def _first(function: Callable[[torch.Tensor], torch.Tensor], xs: list[torch.Tens
 
 
 def _function(layer: L.Layer, node: str, shape: Shape) -> Optional[Function]:
-    """The function of node ``node`` without parameters (``shape``: its first input's); None for Dropout (masks are
-    the forward's)."""
+    """The function of node ``node`` without parameters (``shape``: its first input's); None for Dropout and
+    DropPath (masks are the forward's: DropPath's, one per sample (n, 1, ..., 1), broadcast)."""
     if isinstance(layer, L.Dropout):
         return None
     if isinstance(layer, L.MaxPool2d):  # AvgPool2d too: the padding worked out once for the input's size
