@@ -15,6 +15,9 @@ optimizers as Gluon optimizers, their state in canonical names) and
 
 MXNet's own: ``windows`` (convolutions and pools whose padding MXNet's
 operators cannot take alone, as the torch engine's module of that name),
+``shapes`` (reshapes, transposes, slices, concatenations, batched matrix
+products and softmax along any axis), ``tokens`` (a transformer's class
+token, position embedding and attention as Gluon blocks),
 ``runtime`` (loading MXNet on first use, and its thread count),
 ``serve`` (``python -m multidev_mxnet.serve``: the job's scheduler or a
 server of its kvstore) and ``bf16_support`` (whether this CPU's oneDNN computes

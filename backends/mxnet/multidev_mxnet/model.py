@@ -2,17 +2,20 @@
 
 The graph's nodes run in order inside one ``HybridBlock``; a node with
 parameters is Gluon's own layer (``nn.Conv2D``, padded as :mod:`.windows`
-says, ``nn.Dense``, the engine's BatchNorm, a small LayerNorm), registered
+says, ``nn.Dense`` on the last axis, the engine's BatchNorm, a LayerNorm,
+the token layers of :mod:`.tokens`), registered
 as a child under the node's name (``stage1.block1.conv1``), so Gluon's
 structured names (those ``save_parameters`` writes) are the canonical ones:
 ``stage1.block1.conv1.weight``.
 MXNet's layouts are the canonical ones (OIHW convolutions, (out, in) dense,
 NCHW flattened in C, H, W order), so loading a state is a copy with no
-transposes.
+transposes. The layers without parameters are MXNet operators (those that
+rearrange values or multiply activations: :mod:`.shapes`).
 
 Dropout multiplies its input by the core's mask, an input of the network
 (one per Dropout node, in graph order): MXNet's own Dropout draws its own
 masks, which no other engine could repeat. Inference passes masks of ones.
+DropPath's masks hold one value per sample, broadcast over its values.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ import numpy as np
 from multidev import nn as mnn  # the model language; `nn` is Gluon's
 from multidev.engine import ModelSpec, MultidevError
 
-from . import windows
+from . import tokens, windows
 from .batchnorm import BatchNorm, StatsExchange
 from .runtime import mxnet
+from .shapes import concat, matmul, reshape, softmax, take, transpose
 
 mx = mxnet()
 
@@ -37,24 +41,40 @@ nn = mx.gluon.nn
 
 
 class LayerNorm(nn.HybridBlock):
-    """Each sample over all its values (biased variance), then a scale and shift per channel (or feature).
+    """The language's LayerNorm (biased variance): over all of a sample's values with a scale and shift per channel
+    (or feature), or over its last k axes with one per value of those.
 
-    Not MXNet's LayerNorm (one axis) nor its GroupNorm (1.9.1: one scale per
-    group): plain ops, whose gradients autograd derives.
+    Over the last axes with a scale and shift it is MXNet's LayerNorm, which
+    normalises one axis: those axes merged into one, and split again after.
+    The rest (one scale per channel; none) are plain ops, whose gradients
+    autograd derives: neither MXNet's LayerNorm nor its GroupNorm (1.9.1: one
+    scale per group) takes them.
     """
 
-    def __init__(self, shape: tuple[int, ...], eps: float) -> None:
+    def __init__(self, layer: mnn.LayerNorm, shape: tuple[int, ...]) -> None:
         super().__init__()
-        self.eps = eps
-        self.broadcast = (1, shape[0]) + (1,) * (len(shape) - 1)  # (1, C, 1, 1) for images, (1, F) for features
-        with self.name_scope():
-            self.gamma = self.params.get("gamma", shape=(shape[0],), init=mx.init.One())
-            self.beta = self.params.get("beta", shape=(shape[0],), init=mx.init.Zero())
+        self.eps, self.fused = layer.eps, layer.affine and layer.last is not None
+        self.axes = tuple(a + 1 for a in layer.axes(shape))  # MXNet's: the batch axis first
+        size = (shape[0],) if layer.last is None else tuple(shape[-layer.last:])
+        # over a whole sample, the scale's shape against (N, *shape): (1, C, 1, 1) for images, (1, F) for features
+        self.broadcast = (1, shape[0]) + (1,) * (len(shape) - 1)
+        self.merged = (0,) * (len(shape) + 1 - len(self.axes)) + (-1,)  # the normalised axes as one
+        if layer.affine:
+            with self.name_scope():
+                self.gamma = self.params.get("gamma", shape=size, init=mx.init.One())
+                self.beta = self.params.get("beta", shape=size, init=mx.init.Zero())
 
-    def hybrid_forward(self, F, x, gamma, beta):
-        centred = F.broadcast_sub(x, F.mean(x, axis=0, exclude=True, keepdims=True))
-        var = F.mean(F.square(centred), axis=0, exclude=True, keepdims=True)
+    def hybrid_forward(self, F, x, gamma=None, beta=None):
+        if self.fused:
+            flat = F.reshape(x, shape=self.merged) if len(self.axes) > 1 else x
+            out = F.LayerNorm(flat, F.reshape(gamma, shape=(-1,)), F.reshape(beta, shape=(-1,)), axis=-1,
+                              eps=self.eps)
+            return F.reshape_like(out, x) if len(self.axes) > 1 else out
+        centred = F.broadcast_sub(x, F.mean(x, axis=self.axes, keepdims=True))
+        var = F.mean(F.square(centred), axis=self.axes, keepdims=True)
         xhat = F.broadcast_mul(centred, F.rsqrt(var + self.eps))
+        if gamma is None:
+            return xhat
         return F.broadcast_add(F.broadcast_mul(xhat, F.reshape(gamma, shape=self.broadcast)),
                                F.reshape(beta, shape=self.broadcast))
 
@@ -64,12 +84,12 @@ def _layer_block(layer: mnn.Layer, shape: tuple[int, ...], sync: bool):
     if isinstance(layer, mnn.Conv2d):
         return windows.Conv2D(layer, shape)
     if isinstance(layer, mnn.Dense):
-        return nn.Dense(layer.out_features, use_bias=layer.bias, flatten=False, in_units=shape[0])
+        return nn.Dense(layer.out_features, use_bias=layer.bias, flatten=False, in_units=shape[-1])  # last axis
     if isinstance(layer, mnn.BatchNorm):
         return BatchNorm(shape[0], sync, layer.eps, layer.momentum)
     if isinstance(layer, mnn.LayerNorm):
-        return LayerNorm(shape, layer.eps)
-    return None
+        return LayerNorm(layer, shape)
+    return tokens.block(layer, shape)
 
 
 def _gelu(F, layer, xs, shapes):
@@ -89,21 +109,6 @@ def _gelu(F, layer, xs, shapes):
     cdf = 0.5 * F.erf(x * float(1 / np.sqrt(2))) + 0.5
     pdf = F.exp(-0.5 * F.square(x)) * float(1 / np.sqrt(2 * np.pi))
     return x * F.stop_gradient(cdf) + (F.stop_gradient(pdf) - pdf)
-
-
-def _concat(F, xs):
-    """Channels joined, then passed through an operator oneDNN does not run (a whole-axis slice).
-
-    oneDNN's concat takes its gradient in the blocked layout a following
-    convolution gives it (16 channels a block on AVX-512) and splits it where
-    each part's channels end: a part that ends inside a block (8 + 8) divides
-    by zero in libmxnet 1.9.1 (SIGFPE: the process gone without a word). An
-    operator of MXNet's own hands the concat its gradient in the plain layout.
-    Measured, hybridized: 8+8, 8+24 and 4+4+8 channels train, equal to
-    ``MXNET_MKLDNN_ENABLED=0``; a copy, a reshape or adding zeros is itself
-    run by oneDNN (or folded away) and still crashes.
-    """
-    return F.slice_axis(F.concat(*xs, dim=1), axis=1, begin=0, end=None)
 
 
 def _mul(F, layer, xs, shapes):
@@ -136,7 +141,13 @@ _FUNCTIONS: dict[type, Callable] = {
     mnn.Flatten: lambda F, layer, xs, shapes: F.reshape(xs[0], shape=(0, -1)),  # C, H, W order; features as they are
     mnn.Add: lambda F, layer, xs, shapes: reduce(operator.add, xs),
     mnn.Mul: _mul,
-    mnn.Concat: lambda F, layer, xs, shapes: _concat(F, xs),
+    mnn.Concat: concat,
+    mnn.Reshape: reshape,
+    mnn.Transpose: transpose,
+    mnn.Slice: take,
+    mnn.MatMul: matmul,
+    mnn.Softmax: softmax,
+    mnn.Scale: lambda F, layer, xs, shapes: xs[0] * layer.factor,
 }
 
 
@@ -174,8 +185,9 @@ class Network(nn.HybridBlock):
 
     def _node(self, F, node, xs: list, masks: dict):
         layer = node.layer
-        if isinstance(layer, mnn.Dropout):
-            return xs[0] * masks[node.name]
+        if isinstance(layer, mnn.Dropout):  # DropPath's masks, one value per sample, broadcast over its values
+            each = self.mask_shapes[self.dropouts.index(node.name)] == self.shapes[node.inputs[0]]  # one per value
+            return xs[0] * masks[node.name] if each else F.broadcast_mul(xs[0], masks[node.name])
         if type(layer) in _FUNCTIONS:
             return _FUNCTIONS[type(layer)](F, layer, xs, [self.shapes[i] for i in node.inputs])
         block = self._children[node.name]

@@ -3,7 +3,8 @@
 One definition holds every layer kind the zoo's networks do not exercise
 together: residual blocks (with and without a projection), max and average
 pooling, LayerNorm on images and on features, GELU, Tanh, Sigmoid, Concat,
-BatchNorm on features and Dropout on images and on features.
+BatchNorm on features and Dropout on images and on features. Another holds
+the layers of any rank the kit's token cases leave out.
 """
 
 from __future__ import annotations
@@ -179,3 +180,41 @@ def test_windows_past_the_operators_padding_match_the_reference(engine, dtype):
     got, want = reps.gradients(reps.place(multidev.cut(x, y, SIZES))), reference.gradients(WINDOWS, start, x, y, SIZES)
     floor = 1e-3 * max(float(np.abs(g).max()) for g in want.values())  # the bias before BatchNorm: exactly 0
     assert_states_close(got, want, rtol=rtol, floor=floor, promise=f"{dtype} gradients of padded windows")
+
+
+def tokens() -> nn.Model:
+    """What the kit's token cases leave out: MatMul broadcasting leading axes (a missing one and a size-1 one),
+    a stepped Slice of the last axis, Concat and Softmax off the last axis, a transpose of three axes, LayerNorm
+    over the last two axes with a scale (MXNet's LayerNorm on merged axes), and DropPath in a pre-norm block."""
+    x = nn.Input()
+    t = nn.Transpose((1, 0))(nn.Reshape((4, -1))(nn.Conv2d(4, 2, stride=2)(x)))  # (9, 4)
+    t = nn.PositionEmbedding()(nn.ClassToken()(t))  # (10, 4)
+    t = nn.Residual(nn.LayerNorm(last=1), nn.MultiHeadAttention(2), nn.DropPath(0.5), name="block")(t)
+    u = nn.Dense(6)(t)  # (10, 6)
+    c = nn.Concat(axis=-1)(nn.Slice(-1, 1, None, 2)(u), nn.Softmax(0)(nn.Slice(1, 0, 3)(u)))  # (10, 6)
+    r = nn.LayerNorm(last=2)(nn.Transpose((2, 0, 1))(nn.Reshape((2, 5, 6))(c)))  # (6, 2, 5)
+    a = nn.MatMul()(r, nn.Dense(3)(nn.Slice(0, 0, 5)(t)))  # (6, 2, 5) @ (5, 3): the 6 broadcast
+    keys = nn.Reshape((2, 4, 2))(nn.Dense(4)(nn.Slice(0, 0, 4)(t)))
+    b = nn.MatMul()(nn.Reshape((1, 3, 4))(nn.Slice(0, 0, 3)(t)), keys)  # (1, 3, 4) @ (2, 4, 2): the 1 broadcast
+    return nn.Model(x, nn.Dense()(nn.Concat()(nn.Flatten()(nn.Scale(0.5)(a)), nn.Flatten()(b))))
+
+
+TOKENS = ModelSpec("tokens", (2, 6, 6), 3, graph=tokens().graph())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_token_layers_of_any_rank_match_the_reference(engine, dtype):
+    """float32 too: there oneDNN runs FullyConnected, batch_dot and LayerNorm."""
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(0, 1, (sum(SIZES), *TOKENS.in_shape)), rng.integers(0, TOKENS.num_classes, sum(SIZES))
+    start, rtol = TOKENS.init(5), FLOAT64_RTOL if dtype == "float64" else CROSS_ENGINE_RTOL
+    reps = multidev.replicate(engine, multidev.Setup(TOKENS, resolve_devices(devices=2), "local", dtype), start)
+    assert list(reps.state()) == [p.name for p in TOKENS.params()]
+    assert_states_close({"logits": reps.predict(reps.place(multidev.cut(x, None, SIZES)))},
+                        {"logits": reference.predict(TOKENS, start, x)}, rtol=rtol, promise=f"{dtype} logits")
+    masks = shard_masks(TOKENS.dropouts(), 0, 0, 0, 0, SIZES, np.dtype(dtype))  # DropPath: one per sample
+    cut = dataclasses.replace(multidev.cut(x, y, SIZES), masks=masks)
+    want = reference.gradients(TOKENS, start, x, y, SIZES, masks={k: np.concatenate(v) for k, v in masks.items()})
+    floor = 1e-3 * max(float(np.abs(g).max()) for g in want.values())  # fc1.bias: exactly 0 (shifts normalised away)
+    assert_states_close(reps.gradients(reps.place(cut)), want, rtol=rtol, floor=floor,
+                        promise=f"{dtype} gradients of token layers")
