@@ -9,6 +9,7 @@ from multidev.engine import MultiProcess, Setup, State
 from . import compile_cache, distributed
 from .forms import CHOICES
 from .devices import configure_cpu_devices, cpu_devices, cpu_devices_note, gpu_devices
+from .model import BUILT
 from .parallel import JaxReplicas
 
 
@@ -20,6 +21,8 @@ class JaxBackend(MultiProcess):
                               "sync_batchnorm_processes", "optimizers", "accumulate", "bf16",
                               "pending_stats"})
     frameworks = ("jax", "jaxlib", "flax", "optax")
+    #: the model language's layers model.py builds (multidev.engines.vocabulary), from its own table
+    layers = BUILT
     #: multi_process: jax.distributed, its workers started by the core's launcher (launch, join, leave, all_sum)
     distributed = distributed
 

@@ -45,7 +45,7 @@ def _rows(weight: jax.Array, x: jax.Array) -> jax.Array:
 
 
 def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, rows: Rows,
-             channel_sum: ChannelSum):
+             channel_sum: ChannelSum, eps: float):
     per_row = x.size // (x.shape[0] * x.shape[-1]) if x.shape[0] else 1
     # the row count travels with the channel sums: one psum, not two
     sums = rows.sum(jnp.append(channel_sum(x, weight), jnp.sum(weight) * per_row))
@@ -56,29 +56,30 @@ def _forward(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array,
     var = rows.sum(channel_sum(centred * centred, weight)) / n  # two passes
     # an empty shard's variance is 0: normalise its padding with 1 instead, so that rsqrt(eps) cannot blow it up
     # layer after layer. Padding rows stay finite and are never read (the statistics and the loss skip them)
-    rstd = lax.rsqrt(jnp.where(count > 0, var, 1.0) + BN_EPS)
+    rstd = lax.rsqrt(jnp.where(count > 0, var, 1.0) + eps)
     xhat = centred * rstd
     return xhat * gamma + beta, (mean, var, count), (xhat, rstd, n)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+@partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
 def normalize(x: jax.Array, weight: jax.Array, gamma: jax.Array, beta: jax.Array, rows: Rows,
-              channel_sum: ChannelSum):
-    """(gamma * x_hat + beta, (mean, biased variance, count)) over the rows with weight 1 of ``rows``.
+              channel_sum: ChannelSum, eps: float = BN_EPS):
+    """(gamma * x_hat + beta, (mean, biased variance, count)) over the rows with weight 1 of ``rows``; ``eps``
+    inside the square root (the layer's own).
 
     The statistics are for the running averages only: their gradient is not
     defined (use them under ``lax.stop_gradient``).
     """
-    out, stats, _ = _forward(x, weight, gamma, beta, rows, channel_sum)
+    out, stats, _ = _forward(x, weight, gamma, beta, rows, channel_sum, eps)
     return out, stats
 
 
-def _normalize_fwd(x, weight, gamma, beta, rows, channel_sum):
-    out, stats, (xhat, rstd, n) = _forward(x, weight, gamma, beta, rows, channel_sum)
+def _normalize_fwd(x, weight, gamma, beta, rows, channel_sum, eps):
+    out, stats, (xhat, rstd, n) = _forward(x, weight, gamma, beta, rows, channel_sum, eps)
     return (out, stats), (xhat, rstd, n, weight, gamma)
 
 
-def _normalize_bwd(rows, channel_sum, residuals, cotangents):
+def _normalize_bwd(rows, channel_sum, eps, residuals, cotangents):
     """dx = gamma * rstd / n * (n * g - sum g - x_hat * sum g x_hat), sums over the real rows of ``rows``.
 
     gamma's and beta's cotangents are this part's own: the step differentiates
@@ -106,6 +107,8 @@ class BatchNorm(nn.Module):
 
     channel_sum: ChannelSum  # the run's form of the per-channel sums (forms/sums.py)
     rows: Rows = Rows()  # what the statistics cover (module docstring)
+    eps: float = BN_EPS  # the layer's own (multidev.nn.BatchNorm), inside the square root
+    momentum: float = BN_MOMENTUM  # torch's convention: running = (1 - momentum) * running + momentum * batch's
 
     @nn.compact
     def __call__(self, x: jax.Array, mask: Optional[jax.Array]) -> jax.Array:
@@ -118,13 +121,13 @@ class BatchNorm(nn.Module):
         running_mean = self.variable("batch_stats", "running_mean", jnp.zeros, (channels,))
         running_var = self.variable("batch_stats", "running_var", jnp.ones, (channels,))
         if mask is None:
-            out = (x - running_mean.value) * (gamma * lax.rsqrt(running_var.value + BN_EPS)) + beta
+            out = (x - running_mean.value) * (gamma * lax.rsqrt(running_var.value + self.eps)) + beta
             return out.astype(compute)
-        out, stats = normalize(x, mask.astype(x.dtype), gamma, beta, self.rows, self.channel_sum)
+        out, stats = normalize(x, mask.astype(x.dtype), gamma, beta, self.rows, self.channel_sum, self.eps)
         # local statistics are this device's own (the same on its parts): the step averages every layer's running
         # statistics over the devices with rows at once (allreduce.device_mean); sync ones are the same everywhere
         mean, var, _ = (lax.stop_gradient(s) for s in stats)
         # running = (1 - m) * running + m * batch statistic, written as torch's lerp
-        running_mean.value = running_mean.value + BN_MOMENTUM * (mean - running_mean.value)
-        running_var.value = running_var.value + BN_MOMENTUM * (var - running_var.value)
+        running_mean.value = running_mean.value + self.momentum * (mean - running_mean.value)
+        running_var.value = running_var.value + self.momentum * (var - running_var.value)
         return out.astype(compute)

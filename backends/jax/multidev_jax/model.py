@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from multidev.engine import LN_EPS, ModelSpec, MultidevError
+from multidev.engine import ModelSpec, MultidevError
 from multidev.nn import layers as md
 from multidev.nn.graph import Graph, NodeSpec
 
@@ -30,6 +30,7 @@ from .allreduce import Rows
 from .batchnorm import BatchNorm, ChannelSum
 from .conv import conv_general_dilated, conv_general_dilated_once
 from .forms.sums import matvec
+from .pools import Pads, chw, pool
 
 #: Full float32 everywhere: the engines promise the same answers, and TF32 on GPUs would break the 1e-3 tolerance.
 PRECISION = lax.Precision.HIGHEST
@@ -64,14 +65,15 @@ class Compute:
         return z if self.dtype is None else z.astype(jnp.float32)
 
 
-def conv(features: int, size: int, name: str, compute: Compute, stride: int = 1, padding: int = 0,
-         bias: bool = True, training: bool = False) -> nn.Conv:
-    """A square convolution; on the CPU, tiny outputs go through a matrix product, and in training the input may
-    be written once (see conv.py)."""
+def conv(features: int, size: int, name: str, compute: Compute, stride: int = 1,
+         padding: Pads = ((0, 0), (0, 0)), bias: bool = True, training: bool = False, groups: int = 1,
+         dilation: int = 1) -> nn.Conv:
+    """A square convolution, ``padding`` explicit per side; on the CPU, tiny outputs go through a matrix product,
+    and in training the input may be written once (see conv.py)."""
     once = compute.inputs_once and training  # inference has no backward pass to read the input again
-    return nn.Conv(features, (size, size), strides=(stride, stride), padding=((padding, padding),) * 2,
-                   use_bias=bias, dtype=compute.dtype, precision=compute.precision, name=name,
-                   conv_general_dilated=(conv_general_dilated_once if once else conv_general_dilated)
+    return nn.Conv(features, (size, size), strides=(stride, stride), padding=padding, kernel_dilation=(dilation,) * 2,
+                   feature_group_count=groups, use_bias=bias, dtype=compute.dtype, precision=compute.precision,
+                   name=name, conv_general_dilated=(conv_general_dilated_once if once else conv_general_dilated)
                    if compute.cpu else None)
 
 
@@ -119,8 +121,9 @@ class _Pass:
 
 
 def _conv(layer: md.Conv2d, x: jax.Array, run: _Pass, name: str) -> jax.Array:
-    return conv(layer.out_channels, layer.kernel_size, name, run.compute, layer.stride, layer.padding,
-                layer.bias, training=run.mask is not None)(x)
+    top, bottom, left, right = layer.sides(chw(x))  # "same" and four sides, as the model language states them
+    return conv(layer.out_channels, layer.kernel_size, name, run.compute, layer.stride, ((top, bottom), (left, right)),
+                layer.bias, run.mask is not None, layer.groups, layer.dilation)(x)
 
 
 def _dense(layer: md.Dense, x: jax.Array, run: _Pass, name: str) -> jax.Array:
@@ -128,36 +131,58 @@ def _dense(layer: md.Dense, x: jax.Array, run: _Pass, name: str) -> jax.Array:
 
 
 def _batchnorm(layer: md.BatchNorm, x: jax.Array, run: _Pass, name: str) -> jax.Array:
-    return BatchNorm(run.compute.channel_sum, run.rows, name=name)(x, run.mask)
+    return BatchNorm(run.compute.channel_sum, run.rows, layer.eps, layer.momentum, name=name)(x, run.mask)
 
 
 def _layernorm(layer: md.LayerNorm, x: jax.Array, run: _Pass, name: str) -> jax.Array:
-    """Flax's LayerNorm over every axis but the batch, gamma and beta per channel (the last axis, NHWC)."""
-    return nn.LayerNorm(LN_EPS, dtype=x.dtype, reduction_axes=tuple(range(1, x.ndim)), feature_axes=-1,
-                        use_fast_variance=False, name=name)(x)
+    """Flax's LayerNorm. Over a whole sample, gamma and beta per channel (NHWC's last axis, else the sample's first);
+    over the last ``last`` axes, per value of those (other values than images: their layout is the canonical one)."""
+    if layer.last is None:
+        axes, features = tuple(range(1, x.ndim)), 3 if x.ndim == 4 else 1
+    elif x.ndim != 4:
+        axes = features = tuple(range(x.ndim - layer.last, x.ndim))
+    else:
+        raise MultidevError(f"the JAX engine normalises images over a whole sample only, not the last {layer.last} "
+                            f"axes ({layer.where(name)}): use LayerNorm() on them, or upgrade multidev-jax")
+    return nn.LayerNorm(layer.eps, dtype=x.dtype, reduction_axes=axes, feature_axes=features, use_bias=layer.affine,
+                        use_scale=layer.affine, use_fast_variance=False, name=name)(x)
 
 
-#: layers with parameters: (layer, input, pass, leaf module name) -> output
-_WITH_PARAMS: dict[type, Callable[..., jax.Array]] = {
-    md.Conv2d: _conv, md.Dense: _dense, md.BatchNorm: _batchnorm, md.LayerNorm: _layernorm}
-
+#: torch's definitions, jax.nn's own functions (hardsigmoid: relu6(x + 3) / 6)
 _ACTIVATIONS: dict[type, Callable[[jax.Array], jax.Array]] = {
-    md.ReLU: nn.relu, md.GELU: partial(nn.gelu, approximate=False), md.Tanh: jnp.tanh, md.Sigmoid: nn.sigmoid}
+    md.ReLU: jax.nn.relu, md.Tanh: jnp.tanh, md.Sigmoid: jax.nn.sigmoid, md.ReLU6: jax.nn.relu6, md.SiLU: jax.nn.silu,
+    md.HardSigmoid: jax.nn.hard_sigmoid, md.HardSwish: jax.nn.hard_swish}
 
 
-def _pool(layer: md.MaxPool2d, x: jax.Array) -> jax.Array:
-    pool = nn.avg_pool if isinstance(layer, md.AvgPool2d) else nn.max_pool
-    k, s = layer.kernel_size, layer.step
-    return pool(x, (k, k), strides=(s, s), padding="VALID")
+def engine_axis(x: jax.Array, sample_axis: int) -> int:
+    """A canonical axis of the sample (negative from the end) as an axis of ``x``: images' C, H, W are NHWC's
+    3, 1, 2; other values keep the canonical layout, one past the batch."""
+    index = sample_axis % (x.ndim - 1)
+    return (3, 1, 2)[index] if x.ndim == 4 else index + 1
+
+
+def _as_images(x: jax.Array) -> jax.Array:
+    """A value of fewer axes as NHWC images that broadcast against images as its canonical shape does against
+    (C, H, W): NumPy's rule lines up the last axes, so features (F,) meet W."""
+    return nhwc(x.reshape(x.shape[:1] + (1,) * (4 - x.ndim) + x.shape[1:]))
+
+
+def _product(xs: list[jax.Array]) -> jax.Array:
+    """Mul: NumPy's broadcasting of the canonical sample shapes (images among themselves broadcast in NHWC as in
+    C, H, W, as every axis moves alike)."""
+    if any(x.ndim == 4 for x in xs):
+        xs = [x if x.ndim == 4 else _as_images(x) for x in xs]
+    return reduce(lambda a, b: a * b, xs)  # left to right, as the reference
 
 
 def _flatten(x: jax.Array) -> jax.Array:
     """C, H, W order (canonical): NHWC images go back to NCHW before the reshape."""
-    return jnp.transpose(x, (0, 3, 1, 2)).reshape(x.shape[0], -1) if x.ndim == 4 else x
+    return (jnp.transpose(x, (0, 3, 1, 2)) if x.ndim == 4 else x).reshape(x.shape[0], -1)
 
 
-def _dropout(node: NodeSpec, x: jax.Array, run: _Pass) -> jax.Array:
+def _dropout(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:
     """x times the core's multipliers in training (in x's dtype after the product), the identity in inference."""
+    x = xs[0]
     if run.mask is None:
         return x
     if run.drops is None or node.name not in run.drops:
@@ -165,26 +190,57 @@ def _dropout(node: NodeSpec, x: jax.Array, run: _Pass) -> jax.Array:
     return (x * nhwc(run.drops[node.name])).astype(x.dtype)
 
 
+#: (node, its inputs, the pass) -> its output (NHWC images, other values in the canonical layout)
+Builder = Callable[[NodeSpec, list[jax.Array], _Pass], jax.Array]
+
+
+def _with_params(make: Callable[..., jax.Array]) -> Builder:
+    """A layer with parameters, made under its canonical name: make(layer, input, pass, leaf module name)."""
+    return lambda node, xs, run: run.scoped(node.name, partial(make, node.layer, xs[0], run))
+
+
+def _elementwise(function: Callable[[jax.Array], jax.Array]) -> Builder:
+    return lambda node, xs, run: function(xs[0])
+
+
+def _gelu(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:
+    return jax.nn.gelu(xs[0], approximate=node.layer.approximate == "tanh")
+
+
+def _leaky_relu(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:
+    return jax.nn.leaky_relu(xs[0], node.layer.negative_slope)
+
+
+def _pool(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:
+    return pool(node.layer, xs[0])
+
+
+def _global_avg_pool(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:
+    return xs[0].mean(axis=(1, 2), keepdims=node.layer.keepdims)  # (N, 1, 1, C): the (C, 1, 1) images of NHWC
+
+
+def _concat(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:
+    return jnp.concatenate(xs, axis=engine_axis(xs[0], node.layer.axis))
+
+
+_BUILDERS: dict[type, Builder] = {
+    md.Conv2d: _with_params(_conv), md.Dense: _with_params(_dense), md.BatchNorm: _with_params(_batchnorm),
+    md.LayerNorm: _with_params(_layernorm), **{kind: _elementwise(f) for kind, f in _ACTIVATIONS.items()},
+    md.GELU: _gelu, md.LeakyReLU: _leaky_relu, md.MaxPool2d: _pool, md.AvgPool2d: _pool,
+    md.GlobalAvgPool: _global_avg_pool, md.Flatten: _elementwise(_flatten), md.Dropout: _dropout,
+    md.Add: lambda node, xs, run: reduce(lambda a, b: a + b, xs),  # left to right, as the reference
+    md.Mul: lambda node, xs, run: _product(xs), md.Concat: _concat}
+
+#: the names (as ``multidev.nn.layers.LAYERS`` has them) of the layers this engine builds
+BUILT = frozenset(kind.__name__ for kind in _BUILDERS)
+
+
 def _node(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:
-    """One node's output from its inputs' (NHWC images or (N, F) features)."""
-    layer, kind, x = node.layer, type(node.layer), xs[0]
-    if kind in _WITH_PARAMS:
-        return run.scoped(node.name, partial(_WITH_PARAMS[kind], layer, x, run))
-    if kind in _ACTIVATIONS:
-        return _ACTIVATIONS[kind](x)
-    if kind in (md.MaxPool2d, md.AvgPool2d):
-        return _pool(layer, x)
-    if kind is md.GlobalAvgPool:
-        return x.mean(axis=(1, 2))
-    if kind is md.Flatten:
-        return _flatten(x)
-    if kind is md.Dropout:
-        return _dropout(node, x, run)
-    if kind is md.Add:
-        return reduce(lambda a, b: a + b, xs)  # left to right, as the reference
-    if kind is md.Concat:
-        return jnp.concatenate(xs, axis=-1)  # channels: the last axis in NHWC
-    raise MultidevError(f"the JAX engine cannot build {kind.__name__} (node {node.name!r}): upgrade multidev-jax")
+    """One node's output from its inputs'."""
+    kind = type(node.layer)
+    if kind not in _BUILDERS:
+        raise MultidevError(f"the JAX engine cannot build {kind.__name__} (node {node.name!r}): upgrade multidev-jax")
+    return _BUILDERS[kind](node, xs, run)
 
 
 class Network(nn.Module):

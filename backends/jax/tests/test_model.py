@@ -2,8 +2,10 @@
 
 The definition uses every kind of layer the model language has, in the
 functional form, with nested scopes (dotted canonical names), residual blocks,
-a channel Concat, LayerNorm on images and on features, and two Dropouts whose
-masks come from the core, on uneven and padded shards.
+a channel Concat, LayerNorm on images and on features, a squeeze-and-excitation
+gate (Mul), grouped, dilated, "same" and four-sided convolutions, padded and
+ceil_mode pools, and two Dropouts whose masks come from the core, on uneven and
+padded shards.
 """
 
 from __future__ import annotations
@@ -24,18 +26,21 @@ CLASSES, BATCH = 5, 7
 
 def definition() -> nn.Model:
     x = nn.Input()
-    h = nn.ReLU()(nn.BatchNorm()(nn.Conv2d(8, 3, padding=1, bias=False)(x)))
+    h = nn.ReLU6()(nn.BatchNorm(eps=1e-3, momentum=0.01)(nn.Conv2d(8, 3, padding="same", bias=False)(x)))
     body = nn.Residual(nn.Conv2d(8, 3, padding=1, bias=False), nn.BatchNorm(), nn.ReLU(), nn.Conv2d(8, 3, padding=1),
                        name="block1")
     h = nn.ReLU()(nn.Sequential(body, name="stage1")(h))          # stage1.block1.conv1 ...
-    h = nn.MaxPool2d(2)(nn.Conv2d(8, 3, padding=1)(h))            # 12x12 -> 6x6
-    wide = nn.GELU()(nn.Conv2d(4, 3, padding=1)(h))
-    h = nn.LayerNorm()(nn.Concat()(nn.Conv2d(6, 1)(h), wide))      # 10 channels, normalised per sample
-    down = nn.Tanh()(nn.Conv2d(12, 3, stride=2, padding=1)(h))     # 6x6 -> 3x3
-    h = nn.Add()(down, nn.Conv2d(12, 1, stride=2, name="proj")(h))
-    h = nn.AvgPool2d(2, stride=1)(nn.Dropout(0.25)(h))             # 3x3 -> 2x2
+    squeezed = nn.SiLU()(nn.Conv2d(2, 1)(nn.GlobalAvgPool(keepdims=True)(h)))
+    h = nn.Mul()(h, nn.HardSigmoid()(nn.Conv2d(8, 1)(squeezed)))  # squeeze-and-excitation: (8, 12, 12) * (8, 1, 1)
+    depthwise = nn.Conv2d(8, 3, padding=2, dilation=2, groups=8)(h)
+    h = nn.MaxPool2d(3, stride=2, padding=1)(depthwise)          # 12x12 -> 6x6
+    wide = nn.GELU(approximate="tanh")(nn.Conv2d(4, 3, padding=(1, 1))(h))
+    h = nn.HardSwish()(nn.LayerNorm(eps=1e-6)(nn.Concat()(nn.Conv2d(6, 1, groups=2)(h), wide)))  # 10 channels
+    down = nn.Tanh()(nn.Conv2d(12, 3, stride=2, padding=(0, 1, 0, 1))(h))  # 6x6 -> 3x3
+    h = nn.Add()(down, nn.LeakyReLU(0.2)(nn.Conv2d(12, 1, stride=2, name="proj")(h)))
+    h = nn.AvgPool2d(2, ceil_mode=True)(nn.Dropout(0.25)(h))      # 3x3 -> 2x2, the last windows half outside
     f = nn.Concat()(nn.Flatten()(h), nn.GlobalAvgPool()(h))        # 48 + 12 features
-    f = nn.Dropout(0.5)(nn.Sigmoid()(nn.LayerNorm()(nn.Dense(16)(f))))
+    f = nn.Dropout(0.5)(nn.Sigmoid()(nn.LayerNorm()(nn.GELU()(nn.Dense(16)(f)))))
     return nn.Model(x, nn.Dense()(f))
 
 

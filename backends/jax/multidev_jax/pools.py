@@ -1,0 +1,65 @@
+"""MaxPool2d and AvgPool2d with torch's semantics (the model language's rule), on Flax's ``lax.reduce_window`` pools.
+
+:mod:`multidev.nn.windows` gives the padding and the positions ``ceil_mode``'s
+last windows reach past it; both become explicit pads of one reduce_window.
+Max pads with -inf (Flax's ``max_pool``), so padding never wins and its
+gradient is zero. The mean sums with zeros there and divides each window by
+its own count, worked out at trace time from the static shapes: the padding's
+positions count with ``count_include_pad``, ``ceil_mode``'s never, and without
+it only the input's own pixels do (Flax's ``avg_pool`` would count ceil_mode's
+positions as padding).
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from multidev.nn import layers as md
+
+Pads = tuple[tuple[int, int], tuple[int, int]]  # (top, bottom), (left, right), ceil_mode's positions included
+
+
+def chw(x: jax.Array) -> tuple[int, int, int]:
+    """The canonical (C, H, W) shape of NHWC images, which the model language's window rules take."""
+    return x.shape[3], x.shape[1], x.shape[2]
+
+
+def pads(layer: md.MaxPool2d, x: jax.Array) -> Pads:
+    shape = chw(x)
+    top, bottom, left, right = layer.sides(shape)
+    down, across = layer.ceil_extra(shape)
+    return (top, bottom + down), (left, right + across)
+
+
+def _counts(n: int, kernel: int, stride: int, before: int, after: int, outputs: int,
+            padding_counts: bool) -> np.ndarray:
+    """How many positions of each window along one axis count in the mean."""
+    starts = np.arange(outputs) * stride - before
+    low, high = (-before, n + after) if padding_counts else (0, n)
+    return np.maximum(np.minimum(starts + kernel, high) - np.maximum(starts, low), 1)
+
+
+def _divisor(layer: md.AvgPool2d, x: jax.Array, out: tuple[int, int]) -> np.ndarray:
+    """(1, OH, OW, 1): each window's count, rows' times columns' (the window is a rectangle)."""
+    _, h, w = chw(x)
+    top, bottom, left, right = layer.sides(chw(x))
+    k, s, counted = layer.kernel_size, layer.step, layer.count_include_pad
+    rows = _counts(h, k, s, top, bottom, out[0], counted)
+    cols = _counts(w, k, s, left, right, out[1], counted)
+    return np.outer(rows, cols)[None, :, :, None]
+
+
+def pool(layer: Union[md.MaxPool2d, md.AvgPool2d], x: jax.Array) -> jax.Array:
+    """The layer on NHWC images."""
+    k, s = layer.kernel_size, layer.step
+    padding = pads(layer, x)
+    if not isinstance(layer, md.AvgPool2d):
+        return nn.max_pool(x, (k, k), strides=(s, s), padding=padding)
+    total = nn.pool(x, 0.0, lax.add, (k, k), (s, s), padding)
+    return total / jnp.asarray(_divisor(layer, x, total.shape[1:3]), x.dtype)
