@@ -17,7 +17,7 @@ from multidev.engines.protocol import (Accumulates, Backend, BatchT, MultiProces
                                        PendingStats, PlansCpuDevices, QueuesSteps, Replicas, Setup, StepStats,
                                        plan_cpu_devices)
 from multidev.errors import MultidevError, PeerLost, first_line
-from multidev.nn.layers import LN_EPS
+from multidev.nn.layers import LAYERS, LN_EPS
 from multidev.nn.zoo import Block, resnet18_blocks
 from multidev.processes.group import ProcessGroup
 from multidev.processes.hostsum import HostSum
@@ -34,7 +34,7 @@ from multidev.rules.split import DeviceShard, Placed, Shards
 
 __all__ = [
     "Accumulates", "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "cause", "DTYPES", "Device",
-    "DeviceShard", "Helper", "LN_EPS", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Optimizer",
+    "DeviceShard", "Helper", "LAYERS", "LN_EPS", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Optimizer",
     "OptimizerState", "PendingStats", "PlansCpuDevices", "PRECISIONS", "HostSum", "Param", "Placed", "ProcessGroup", "QueuesSteps",
     "STEP", "plan_cpu_devices",
     "check_state", "slot_name", "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments",

@@ -73,6 +73,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _backends() -> int:
     from multidev.engines.registry import engine_version, installed, load_backend
+    from multidev.engines.vocabulary import summary
 
     names = installed()
     if not names:
@@ -85,6 +86,7 @@ def _backends() -> int:
             cpus = engine.max_cpu_devices()
             seen = f"{gpus} GPU(s), " + ("any number of CPU devices" if cpus is None else f"{cpus} CPU device(s)")
             print(f"{name}: {engine_version(engine)}; {seen}; capabilities: {', '.join(sorted(engine.capabilities))}")
+            print(f"  {summary(engine)}")
             for setting, value in engine.settings().items():
                 print(f"  {setting}: {value}")
         except MultidevError as exc:

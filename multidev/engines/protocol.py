@@ -18,6 +18,7 @@ import numpy as np
 
 from multidev.engines.capabilities import check_claims, needed
 from multidev.engines.legacy import adapted
+from multidev.engines.vocabulary import check_layers
 from multidev.errors import MultidevError
 from multidev.processes.group import ProcessGroup
 from multidev.rules.batchnorm import check_batchnorm
@@ -275,4 +276,5 @@ def replicate(engine: Backend, setup: Setup, state: State) -> Replicas:
     (``update=`` and ``pending=`` flags) are adapted, with a warning, for one release.
     """
     check_claims(engine, setup.needs())
+    check_layers(engine, setup.spec.graph)
     return adapted(engine.replicate(setup, state))

@@ -130,4 +130,4 @@ def vit(patch: int = 4, dim: int = 64, depth: int = 4, heads: int = 4, mlp: int 
 
 
 ZOO: dict[str, Callable[[], Sequential]] = {"resnet18": resnet18, "lenet": lenet, "mlp": mlp, "convnet": convnet,
-                                            "mobilenet_v2": mobilenet_v2}
+                                            "mobilenet_v2": mobilenet_v2, "vit": vit}

@@ -204,14 +204,17 @@ class MultiProcessChecks(EngineFixtures):
 
     @pytest.mark.slow
     @pytest.mark.parametrize("model, batchnorm", [("resnet18", "local"), ("resnet18", "sync"), ("lenet", "local"),
-                                                  ("definition", "local"), ("augmented images", "local")])
+                                                  ("definition", "local"), ("augmented images", "local"),
+                                                  ("vit", "local")])
     def test_two_processes_equal_two_devices(self, engine, model, batchnorm, tmp_path):
         self.needs_processes(engine)
         lenet = LENET_JOB
         shape = {"resnet18": [], "lenet": lenet, "definition": ["--model", user_model(tmp_path)],
                  "augmented images": [*lenet, "--dataset", user_images(tmp_path), "--augment", "crop,flip",
-                                      "--normalize", "auto"]}[model]
+                                      "--normalize", "auto"], "vit": [*lenet, "--model", "vit"]}[model]
         dtype, rtol = "float32", SAME_ENGINE_RTOL
+        if model == "vit" and "float64" in engine.capabilities:
+            dtype, rtol = "float64", FLOAT64_RTOL  # no BatchNorm: the same sums whichever form runs them
         if model == "augmented images" and "float64" in engine.capabilities:
             dtype, rtol = "float64", FLOAT64_RTOL  # contract: Data: the core's crops and flips, judged in float64
         if batchnorm == "sync":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from multidev.engine import MultiProcess, Setup, State
+from multidev.engine import LAYERS, MultiProcess, Setup, State
 
 from . import bf16_support, distributed
 from .devices import gpu_count
@@ -22,6 +22,8 @@ class MXNetBackend(MultiProcess):
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process", "optimizers",
                               "accumulate", "pending_stats"})
     frameworks = ("mxnet",)
+    #: every layer of the model language: the kit's layer checks hold the engine to it
+    layers = frozenset(LAYERS)
     #: multi_process: MXNet's dist_sync kvstore, its scheduler and servers started by the core's launcher
     #: (launch, join, leave, all_sum)
     distributed = distributed

@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from multidev.engine import MultiProcess, Setup, State
+from multidev.engine import LAYERS, MultiProcess, Setup, State
 
 from . import cpu_layout, distributed, gpu
 from .devices import gpu_count
@@ -19,6 +19,8 @@ class TorchBackend(MultiProcess):
                               "sync_batchnorm_processes", "optimizers", "accumulate", "bf16",
                               "pending_stats"})
     frameworks = ("torch",)
+    #: every layer of the model language: the kit's layer checks hold the engine to it
+    layers = frozenset(LAYERS)
     #: multi_process: torch's elastic launcher and torch.distributed (launch, join, leave, all_sum)
     distributed = distributed
 

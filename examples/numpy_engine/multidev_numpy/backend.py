@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from multidev.engine import Setup, State
+from multidev.engine import LAYERS, Setup, State
 
 from .parallel import NumpyReplicas
 
@@ -15,6 +15,8 @@ class NumpyBackend:
     # the engine, and the conformance kit skips the checks of what is not claimed.
     capabilities = frozenset({"virtual_cpu", "sync_batchnorm", "float64", "accumulate"})
     frameworks = ("numpy",)  # reports name their versions
+    #: every layer of the model language: the kit's layer checks hold the engine to it
+    layers = frozenset(LAYERS)
 
     def settings(self) -> dict[str, str]:
         return {}  # nothing process-wide

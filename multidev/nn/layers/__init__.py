@@ -27,4 +27,5 @@ __all__ = ["Add", "AvgPool2d", "BatchNorm", "ClassToken", "Concat", "Conv2d", "D
 
 LAYERS: dict[str, type[Layer]] = {cls.__name__: cls for cls in (
     Conv2d, Dense, BatchNorm, LayerNorm, ReLU, GELU, Tanh, Sigmoid, ReLU6, LeakyReLU, SiLU, HardSigmoid, HardSwish,
-    MaxPool2d, AvgPool2d, GlobalAvgPool, Flatten, Dropout, Add, Mul, Concat)}
+    MaxPool2d, AvgPool2d, GlobalAvgPool, Flatten, Dropout, DropPath, Add, Mul, Concat, MatMul, Softmax, Scale,
+    Reshape, Transpose, Slice, ClassToken, PositionEmbedding, MultiHeadAttention)}
