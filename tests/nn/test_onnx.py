@@ -234,18 +234,18 @@ def _refused(tmp_path, case):
         "clip": lambda: _write(tmp_path, [helper.make_node("Clip", ["input"], ["y"], name="c", min=-1.0, max=1.0)],
                                opset=9),
         "batched-matmul": lambda: _write(tmp_path, [helper.make_node("MatMul", ["input", "input"], ["y"], name="mm")]),
-        "matmul-images": lambda: _write(tmp_path, [helper.make_node("MatMul", ["input", "w"], ["y"], name="mm")],
-                                        [_weight("w", 8, 8)], in_dims=image),
+        "matmul-3d-weight": lambda: _write(tmp_path, [helper.make_node("MatMul", ["input", "w"], ["y"], name="mm")],
+                                           [_weight("w", 2, 8, 8)], in_dims=image),
         "scale": lambda: _write(tmp_path, [helper.make_node("Mul", ["input", "w"], ["y"], name="scale")],
                                 [_weight("w", 4)]),
         "transpose": lambda: _write(tmp_path, [helper.make_node("Transpose", ["input"], ["y"], name="t",
-                                                                perm=[0, 2, 3, 1])], in_dims=image),
+                                                                perm=[1, 0, 2, 3])], in_dims=image),
     }
     return files[case]()
 
 
 @pytest.mark.parametrize("case, message", [
-    ("softplus", "ONNX node 'act' (op Softplus) is not supported by multidev.nn: supported ops are Add, "),
+    ("softplus", "ONNX node 'act' (op Softplus) is not supported by multidev.nn: supported ops are Add ("),
     ("same-lower", "ONNX node 'c' (op Conv) has auto_pad SAME_LOWER, which pads 8x8 inputs by (top 1, bottom 0, "
                    "left 1, right 0): multidev.nn's 'same' puts the odd row and column at the bottom and right"),
     ("kernel", "ONNX node 'c' (op Conv) has kernel 3x1: multidev.nn's Conv2d needs a square 2-D window"),
@@ -257,14 +257,14 @@ def _refused(tmp_path, case):
     ("hardsigmoid", "ONNX node 'h' (op HardSigmoid) has alpha 0.2 and beta 0.5: multidev.nn's HardSigmoid is "
                     "torch's"),
     ("clip", "ONNX node 'c' (op Clip) clips to [-1, 1]: multidev.nn clips only to [0, 6] (ReLU6) or [0, inf)"),
-    ("batched-matmul", "ONNX node 'mm' (op MatMul) multiplies two computed values (a batched MatMul, as "
-                       "attention's): multidev.nn's Dense multiplies features (N, F) by a constant weight matrix"),
-    ("matmul-images", "ONNX node 'mm' (op MatMul) multiplies the last axis of images (N, C, H, W) by a matrix: "
-                      "multidev.nn's Dense takes features (N, F)"),
-    ("scale", "ONNX node 'scale' (op Mul) multiplies by the constant 'w': multidev.nn's Mul multiplies computed "
-              "values"),
-    ("transpose", "ONNX node 't' (op Transpose) transposes a computed value (perm [0, 2, 3, 1]): multidev.nn keeps "
-                  "images in (N, C, H, W) order"),
+    ("batched-matmul", "ONNX node 'mm' (op MatMul) multiplies two computed values of rank 2 and 2: multidev.nn's "
+                       "MatMul multiplies each sample's matrices, (N, ..., M, K) by (N, ..., K, P)"),
+    ("matmul-3d-weight", "ONNX node 'mm' (op MatMul) multiplies by a weight of shape (2, 8, 8): multidev.nn's Dense "
+                         "multiplies the last axis of features or tokens by a matrix"),
+    ("scale", "ONNX node 'scale' (op Mul) multiplies by the constant 'w' of shape (4,): multidev.nn's Mul multiplies "
+              "computed values; a constant factor may be a number (Scale) or, for images, one per channel"),
+    ("transpose", "ONNX node 't' (op Transpose) transposes a computed value (perm [1, 0, 2, 3]), moving its batch "
+                  "axis: multidev.nn keeps the batch axis first"),
 ])
 def test_what_multidev_cannot_express_is_one_line_naming_the_node(tmp_path, case, message):
     path = _refused(tmp_path, case)

@@ -11,8 +11,9 @@ express exactly is one line naming the ONNX node. ``onnx`` is optional
 The parts: ``importer`` (``from_onnx``) and ``exporter`` (``to_onnx``) run
 the ``reader`` and ``writer`` over the readers and writers that the op
 modules (``ops_windows``, ``ops_linear``, ``ops_norms``, ``ops_activations``,
-``ops_shapes``) and ``patterns`` register in ``base``; ``naming`` gives the
-layers read their canonical names.
+``ops_shapes``, ``ops_slices``, ``ops_tokens``, ``ops_attention``) and
+``patterns`` register in ``base``; ``constants`` folds shape arithmetic
+while reading; ``naming`` gives the layers read their canonical names.
 """
 
 from multidev.nn.onnx.base import DEFAULT_OPSET, MIN_OPSET, MIN_WRITE_OPSET, supported

@@ -22,24 +22,46 @@ MIN_WRITE_OPSET = 13
 DEFAULT_OPSET = 17  # LayerNormalization's first opset; GELU is written as Gelu from opset 20
 FLOATS = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
 #: ONNX's rank of each kind of value the reader tracks: images, features, and "gap", ONNX's (N, C, 1, 1) that
-#: multidev's GlobalAvgPool gives as (N, C) where only a Flatten reads it
+#: multidev's GlobalAvgPool gives as (N, C) where only a Flatten reads it; any other rank R is the kind "rR"
 RANK = {"img": 4, "feat": 2, "gap": 4}
+#: ONNX's "to the end" in Slice's ends (INT64_MAX, as torch writes x[a:])
+TO_END = 2 ** 62
 
 Ref = Union[int, str]  # a layer's index while reading, or "input"
 ReadFn = Callable[..., None]  # (reader, node, attributes)
 WriteFn = Callable[..., None]  # (writer, node spec, input names, output name)
 
 READERS: dict[str, ReadFn] = {}
+MULTI: set[str] = set()  # ops whose reader gives every output (Split), not only the first
 WRITERS: dict[type, WriteFn] = {}
 NOTES: dict[str, str] = {}  # op -> what SUPPORTED says of it beside its name
+#: ops read by no reader, with why: what the error says before it lists the supported ops
+WHY_NOT = {"Pad": "it has no layer that pads a value alone (Conv2d and the pools pad the images they read: give the "
+                  "padding to the Conv or pool after it)",
+           "Where": "it has no layer that picks between computed values",
+           "ScatterND": "it has no layer that writes into part of a value"}
 PATTERNS: list[Callable[..., None]] = []  # run before the pass: several nodes that make one layer
+FIRST: dict[str, list[Callable[..., bool]]] = {}  # op -> finders of a layer that starts at such a node
 
 
-def reads(*ops: str, note: str = "") -> Callable[[ReadFn], ReadFn]:
-    """Registers a reader of ``ops``; ``note`` (the forms it reads) goes into ``SUPPORTED`` beside the first."""
+def rank(kind: str) -> int:
+    """ONNX's rank of a value of ``kind``, the batch axis included."""
+    return RANK.get(kind) or int(kind[1:])
+
+
+def kind(rank_: int) -> str:
+    """The kind of a value of ONNX rank ``rank_``: "img" (4), "feat" (2), else "r3", "r5"..."""
+    return {4: "img", 2: "feat"}.get(rank_, f"r{rank_}")
+
+
+def reads(*ops: str, note: str = "", outputs: bool = False) -> Callable[[ReadFn], ReadFn]:
+    """Registers a reader of ``ops``; ``note`` (the forms it reads) goes into ``SUPPORTED`` beside the first;
+    ``outputs``: the reader gives every output of its node (Split), so they may be read."""
     def register(fn: ReadFn) -> ReadFn:
         for op in ops:
             READERS[op] = fn
+            if outputs:
+                MULTI.add(op)
         if note:
             NOTES[ops[0]] = note
         return fn
@@ -58,6 +80,16 @@ def pattern(fn: Callable[..., None]) -> Callable[..., None]:
     """Registers a finder of several nodes that make one layer (GELU's erf form, x * sigmoid(x))."""
     PATTERNS.append(fn)
     return fn
+
+
+def starts(*ops: str) -> Callable[[Callable[..., bool]], Callable[..., bool]]:
+    """Registers a finder tried before the reader of ``ops``: (reader, node) -> whether it read the node as the
+    start of a layer of many nodes (torch's attention starts at a Transpose or a MatMul)."""
+    def register(fn: Callable[..., bool]) -> Callable[..., bool]:
+        for op in ops:
+            FIRST.setdefault(op, []).append(fn)
+        return fn
+    return register
 
 
 def supported() -> str:

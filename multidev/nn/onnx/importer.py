@@ -17,13 +17,15 @@ from multidev.errors import MultidevError, first_line
 from multidev.nn import windows as W
 from multidev.nn.graph import Graph, NodeSpec, Normalization
 from multidev.nn.layers import Shape
-from multidev.nn.onnx import ops_activations, ops_linear, ops_norms, ops_shapes, ops_windows, patterns
-from multidev.nn.onnx.base import FLOATS, MIN_OPSET, Ref, bad, onnx_module
+from multidev.nn.onnx import (ops_activations, ops_attention, ops_linear, ops_norms, ops_shapes, ops_slices,
+                              ops_tokens, ops_windows, patterns)
+from multidev.nn.onnx.base import FLOATS, MIN_OPSET, Ref, bad, kind, onnx_module, rank
 from multidev.nn.onnx.naming import names
 from multidev.nn.onnx.reader import Emitted, Reader
 
 #: the modules whose readers and patterns the registry holds once they are imported
-OP_MODULES = (ops_activations, ops_linear, ops_norms, ops_shapes, ops_windows, patterns)
+OP_MODULES = (ops_activations, ops_attention, ops_linear, ops_norms, ops_shapes, ops_slices, ops_tokens, ops_windows,
+              patterns)
 
 
 def _load(path: Path):
@@ -50,20 +52,21 @@ def _load(path: Path):
     return model
 
 
-def _input(graph, consts: set[str]) -> tuple[str, str, Optional[Shape]]:
-    """(name, kind, shape without the batch or None) of the graph's one input: images or features."""
+def _input(graph, consts: set[str]) -> tuple[str, str, Optional[Shape], Optional[int]]:
+    """(name, kind, shape without the batch or None, batch size or None) of the graph's one input: images,
+    features, tokens..."""
     inputs = [i for i in graph.input if i.name not in consts]  # IR < 4 lists initializers as inputs too
     if len(inputs) != 1 or len(graph.output) != 1:
         raise MultidevError(f"the ONNX model has {len(inputs)} inputs and {len(graph.output)} outputs: multidev.nn "
                             f"reads models of one input (images or features) and one output (the logits)")
     t = inputs[0].type.tensor_type
     dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-    if t.elem_type not in FLOATS or len(dims) not in (2, 4):
-        raise MultidevError(f"the ONNX model's input {inputs[0].name!r} is not floating-point images (N, C, H, W) "
-                            f"or features (N, F) (rank {len(dims)}, type {t.elem_type}): multidev.nn reads "
-                            f"values of rank 2 or 4")
+    if t.elem_type not in FLOATS or len(dims) < 2:
+        raise MultidevError(f"the ONNX model's input {inputs[0].name!r} is not floating-point samples with a "
+                            f"batch axis first (rank {len(dims)}, type {t.elem_type}): multidev.nn reads images "
+                            f"(N, C, H, W), features (N, F) and other values of rank 2 or more")
     shape = tuple(dims[1:]) if all(d for d in dims[1:]) else None
-    return inputs[0].name, "img" if len(dims) == 4 else "feat", shape
+    return inputs[0].name, kind(len(dims)), shape, dims[0] or None
 
 
 def _kept(layers: list[Emitted], out: int) -> list[int]:
@@ -153,14 +156,16 @@ def from_onnx(path: Union[str, os.PathLike], *, warn: bool = True) -> Graph:
     onnx = onnx_module()
     model = _load(Path(path))
     normalization = _without_normalization(onnx, model)
-    reader = Reader(onnx, model.graph)
-    name, kind, shape = _input(model.graph, set(reader.consts))
-    reader.values[name] = ("input", kind)
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    reader = Reader(onnx, model.graph, opset)
+    name, in_kind, shape, batch = _input(model.graph, set(reader.consts))
+    reader.start(name, in_kind, shape, batch)
     reader.run()
     out = model.graph.output[0].name
     ref, out_kind = reader.values.get(out, (None, None))
-    if not isinstance(ref, int) or out_kind == "img":
-        what = "not computed" if ref is None else "its input" if ref == "input" else "images (N, C, H, W)"
+    if not isinstance(ref, int) or out_kind not in ("feat", "gap"):
+        what = "not computed" if ref is None else "its input" if ref == "input" else \
+            "images (N, C, H, W)" if out_kind == "img" else f"of rank {rank(out_kind)}"
         raise MultidevError(f"the ONNX model's output {out!r} is {what}: multidev.nn needs logits (N, classes)")
     keep = _kept(reader.layers, ref)
     name_of: dict[Ref, str] = {"input": "input", **dict(zip(keep, names([reader.layers[i].hint for i in keep])))}

@@ -1,13 +1,13 @@
-"""Activations: Relu, Gelu, Tanh, Sigmoid, Clip (ReLU6), LeakyRelu, HardSigmoid, HardSwish; SiLU and GELU's
-decomposed forms are patterns (``patterns``), written back as torch writes them."""
+"""Activations: Relu, Gelu, Tanh, Sigmoid, Clip (ReLU6), LeakyRelu, HardSigmoid, HardSwish, Softmax along a
+sample's axis; SiLU and GELU's decomposed forms are patterns (``patterns``), written back as torch writes them."""
 
 from __future__ import annotations
 
 import math
 
 from multidev.nn.graph import NodeSpec
-from multidev.nn.layers import GELU, HardSigmoid, HardSwish, LeakyReLU, ReLU, ReLU6, Sigmoid, SiLU, Tanh
-from multidev.nn.onnx.base import bad, decimal, reads, text, writes
+from multidev.nn.layers import GELU, HardSigmoid, HardSwish, LeakyReLU, ReLU, ReLU6, Sigmoid, SiLU, Softmax, Tanh
+from multidev.nn.onnx.base import bad, decimal, rank, reads, text, writes
 from multidev.nn.onnx.naming import hint
 from multidev.nn.onnx.reader import Reader
 from multidev.nn.onnx.writer import Writer
@@ -28,6 +28,19 @@ def _plain(r: Reader, node, attrs: dict) -> None:
 @reads("Gelu", note="or its erf or tanh form, as torch writes it below opset 20")
 def _gelu(r: Reader, node, attrs: dict) -> None:
     _apply(r, node, r.make(node, GELU, approximate=text(attrs.get("approximate", "none"))))
+
+
+@reads("Softmax", note="along a sample's axis")
+def _softmax(r: Reader, node, attrs: dict) -> None:
+    """Below opset 13 ONNX's Softmax normalises every axis from ``axis`` on together: one axis only where that is
+    the last."""
+    x = r.value(node)
+    n = rank(x[1])
+    axis = int(attrs.get("axis", -1 if r.opset >= 13 else 1))
+    if r.opset < 13 and axis % n != n - 1:
+        raise bad(node, f"normalises axes {axis % n} to {n - 1} together (Softmax below opset 13): multidev.nn's "
+                        f"Softmax normalises one axis; export with opset 13 or newer")
+    _apply(r, node, Softmax(r.axis(node, axis, x, "normalises")))
 
 
 @reads("LeakyRelu")
@@ -117,3 +130,9 @@ def _w_gelu(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
     w.add("Mul", [x, p + "cdf2"], p + "twice", p + "Mul_4")
     w.add("Mul", [p + "twice", w.const(p + "half", 0.5)], out, p + "Mul_5")
 
+
+
+@writes(Softmax)
+def _w_softmax(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
+    axis = n.layer.axis
+    w.add("Softmax", ins, out, n.name, axis=axis + 1 if axis >= 0 else axis)

@@ -1,34 +1,54 @@
-"""Products and sums: Gemm and MatMul (a Dense; MatMul + Add of a constant is one), Add and Sum (a residual),
-Mul of two computed values (a gate, as squeeze-and-excitation's (N, C, H, W) * (N, C, 1, 1))."""
+"""Products and sums: Gemm and MatMul by a constant (a Dense on the last axis; MatMul + Add of a bias is one),
+MatMul of two computed values, Add and Sum (a residual), Mul of computed values (a gate), Mul and Div by a
+number (Scale), and images times a learned (C, 1, 1) (ConvNeXt's layer scale, a depthwise 1x1 Conv2d)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
+from multidev.errors import MultidevError
 from multidev.nn.graph import NodeSpec
-from multidev.nn.layers import Add, Dense, Mul
-from multidev.nn.onnx.base import bad, reads, writes
-from multidev.nn.onnx.naming import hint
+from multidev.nn.layers import Add, Conv2d, Dense, MatMul, Mul, Reshape, Scale
+from multidev.nn.onnx.base import bad, decimal, rank, reads, writes
+from multidev.nn.onnx.naming import clean, hint
+from multidev.nn.onnx.ops_tokens import position
 from multidev.nn.onnx.reader import Reader, Value
 from multidev.nn.onnx.writer import Writer
 
 
-def _dense(r: Reader, node, x: Value, w: np.ndarray, b: Optional[np.ndarray]) -> int:
-    if x[1] != "feat":
-        raise bad(node, f"multiplies the last axis of {'images' if x[1] == 'img' else 'pooled values'} "
-                        f"(N, C, H, W) by a matrix: multidev.nn's Dense takes features (N, F); flatten them first")
-    if w.ndim != 2:
-        raise bad(node, f"has a weight of shape {w.shape}: multidev.nn's Dense needs a matrix")
+def _takes(layer: Dense, shape: tuple[int, ...]) -> bool:
+    try:
+        layer.infer("", [shape])
+        return True
+    except MultidevError:
+        return False
+
+
+def _dense(r: Reader, node, x: Value, w: np.ndarray, b: Optional[np.ndarray], out: Optional[str] = None) -> int:
+    """A Dense on the last axis of ``x``; where multidev's Dense refuses the sample's rank (images' (H, W, C)
+    after ConvNeXt's permute), it reads the rows of (H * W, C) between two Reshapes."""
+    if x[1] == "gap" or w.ndim != 2:
+        raise bad(node, f"multiplies {'pooled (N, C, 1, 1) values' if x[1] == 'gap' else 'by a weight of shape '}"
+                        f"{'' if x[1] == 'gap' else w.shape}: multidev.nn's Dense multiplies the last axis of "
+                        f"features or tokens by a matrix")
     params = {"weight": w}
     if b is not None:
-        if b.size not in (1, w.shape[0]) or b.ndim > 2 or b.ndim == 2 and b.shape[0] != 1:
+        if b.size not in (1, w.shape[0]) or b.ndim > 1 and set(b.shape[:-1]) != {1}:
             raise bad(node, f"adds a bias of shape {b.shape}: multidev.nn's Dense adds one per output feature")
         params["bias"] = np.broadcast_to(b.reshape(-1), (w.shape[0],))
-    layer = Dense(int(w.shape[0]), bias=b is not None)
-    name = hint(node, "fc", r.origin.get(node.input[1], node.input[1]))
-    return r.emit(node, layer, [x], "feat", name, r.weights(node, params))
+    layer, name = Dense(int(w.shape[0]), bias=b is not None), hint(node, "fc", r.named(node.input[1]))
+    shape, params = r.shape(x), r.weights(node, params)
+    if shape is None and rank(x[1]) > 3:
+        raise bad(node, f"multiplies the last axis of values of rank {rank(x[1])} whose size multidev.nn does not "
+                        f"know: export with a fixed input size")
+    if shape is None or _takes(layer, shape):
+        return r.emit(node, layer, [x], x[1], name, params, out=out)
+    rows = r.emit(node, Reshape((-1, shape[-1])), [x], "r3", hint(node, "reshape"))
+    y = r.emit(node, layer, [(rows, "r3")], "r3", name, params)
+    return r.emit(node, Reshape(shape[:-1] + (layer.out_features,)), [(y, "r3")], x[1], hint(node, "reshape"),
+                  out=out)
 
 
 @reads("Gemm")
@@ -43,12 +63,37 @@ def _gemm(r: Reader, node, attrs: dict) -> None:
            b * b.dtype.type(beta) if b is not None and beta != 1 else b)
 
 
-@reads("MatMul", note="by a constant matrix")
+def _bias(r: Reader, node, width: int) -> Optional[tuple[np.ndarray, Any, int]]:
+    """(bias, Add node, its index) of the Add of a constant that alone reads a MatMul's product, else None."""
+    j = r.only_reader(node.output[0])
+    add = r.op(j, "Add")
+    other = r.others(add, node.output[0]) if add is not None and len(add.input) == 2 else []
+    b = r.consts.get(other[0]) if len(other) == 1 else None
+    if b is None or b.size not in (1, width) or b.ndim > 1 and set(b.shape[:-1]) != {1}:
+        return None
+    return b, add, j  # type: ignore[return-value]
+
+
+@reads("MatMul", note="by a constant matrix (a Dense, with the Add of its bias), or of two computed values")
 def _matmul(r: Reader, node, attrs: dict) -> None:
-    if node.input[1] not in r.consts:
-        raise bad(node, "multiplies two computed values (a batched MatMul, as attention's): multidev.nn's Dense "
-                        "multiplies features (N, F) by a constant weight matrix")
-    _dense(r, node, r.value(node), r.const(node, 1, "weight").T, None)
+    if node.input[1] in r.consts:
+        w, x = r.const(node, 1, "weight"), r.value(node)
+        if w.ndim != 2:
+            raise bad(node, f"multiplies by a weight of shape {w.shape}: multidev.nn's Dense multiplies the last axis "
+                            f"of features or tokens by a matrix")
+        found = _bias(r, node, w.shape[-1])
+        if found is None:
+            _dense(r, node, x, w.T, None)
+            return
+        bias, add, j = found
+        r.skip.add(j)
+        _dense(r, node, x, w.T, bias, add.output[0])
+        return
+    a, b = r.value(node, 0), r.value(node, 1)
+    if rank(a[1]) != rank(b[1]) or rank(a[1]) < 3 or "gap" in (a[1], b[1]):
+        raise bad(node, f"multiplies two computed values of rank {rank(a[1])} and {rank(b[1])}: multidev.nn's "
+                        f"MatMul multiplies each sample's matrices, (N, ..., M, K) by (N, ..., K, P)")
+    r.emit(node, MatMul(), [a, b], a[1], hint(node, "matmul"))
 
 
 _KINDS = {"img": "images (N, C, H, W)", "feat": "features (N, F)", "gap": "pooled values (N, C, 1, 1)"}
@@ -57,26 +102,20 @@ _KINDS = {"img": "images (N, C, H, W)", "feat": "features (N, F)", "gap": "poole
 def _same_kind(node, inputs: list[Value], what: str) -> str:
     kinds = sorted({kind for _, kind in inputs})
     if len(kinds) != 1:
-        raise bad(node, f"{what} {' and '.join(_KINDS[k] for k in kinds)}: multidev.nn's "
-                        f"{'Add' if what == 'adds' else 'Mul'} takes values of one rank")
+        raise bad(node, f"{what} {' and '.join(_KINDS.get(k, f'values of rank {rank(k)}') for k in kinds)}: "
+                        f"multidev.nn's {'Add' if what == 'adds' else 'Mul'} takes values of one rank")
     return kinds[0]
 
 
-@reads("Add", "Sum")
+@reads("Add", "Sum", note="of computed values; a learned (1, L, D) to tokens (PositionEmbedding)")
 def _add(r: Reader, node, attrs: dict) -> None:
-    """A residual sum of computed values, or a constant bias after MatMul (the two make one Dense)."""
+    """A residual sum of computed values, or a position embedding (a bias after MatMul is read with it)."""
     consts = [k for k, v in enumerate(node.input) if v in r.consts]
     if node.op_type == "Add" and len(consts) == 1:
-        ref = r.value(node, 1 - consts[0])[0]
-        prev = r.layers[ref] if isinstance(ref, int) else None
-        if prev is not None and isinstance(prev.layer, Dense) and not prev.layer.bias \
-                and len(r.readers[node.input[1 - consts[0]]]) == 1:  # nothing else reads the product
-            fused = _dense(r, node, (prev.inputs[0], "feat"), prev.params["weight"], r.consts[node.input[consts[0]]])
-            r.layers[fused].hint = prev.hint
-            r.layers[ref] = r.layers.pop()
-            r.values[node.output[0]] = (ref, "feat")
+        if position(r, node, r.value(node, 1 - consts[0]), node.input[consts[0]]):
             return
-        raise bad(node, "adds a constant: multidev.nn adds constants only as the bias of MatMul (a Dense)")
+        raise bad(node, "adds a constant: multidev.nn adds constants only as the bias of MatMul (a Dense) or as a "
+                        "position embedding (1, L, D) to tokens")
     inputs = [r.value(node, k) for k in range(len(node.input))]
     kind = _same_kind(node, inputs, "adds")
     if len(inputs) == 1:
@@ -85,20 +124,58 @@ def _add(r: Reader, node, attrs: dict) -> None:
     r.emit(node, Add(), inputs, kind, hint(node, "add"))
 
 
-@reads("Mul", note="of computed values; x * Sigmoid(x) is SiLU")
+def _by_constant(r: Reader, node, x: Value, name: str, divide: bool) -> None:
+    """x times (or over) a number: Scale; images times a learned (C, 1, 1): a depthwise 1x1 Conv2d without bias,
+    whose weight is exactly that per-channel factor (with the same gradient)."""
+    c = r.consts[name]
+    if c.size == 1 and c.dtype.kind == "f":
+        value = decimal(float(c.reshape(-1)[0]))
+        r.emit(node, r.make(node, Scale, 1.0 / value if divide else value), [x], x[1], hint(node, "scale"))
+        return
+    shape = r.shape(x)
+    per_channel = c.ndim in (3, 4) and c.shape[-2:] == (1, 1) and (c.ndim == 3 or c.shape[0] == 1) \
+        and (shape is None or c.shape[-3] == shape[0])
+    if divide or x[1] != "img" or not per_channel or c.dtype.kind != "f":
+        raise bad(node, f"{'divides' if divide else 'multiplies'} by the constant {name!r} of shape {c.shape}: "
+                        f"multidev.nn's Mul multiplies computed values; a constant factor may be a number (Scale) "
+                        f"or, for images, one per channel (C, 1, 1)")
+    channels = int(c.shape[-3])
+    weight = r.weights(node, {"weight": c.reshape(channels, 1, 1, 1)})
+    named = ("exact", clean(r.named(name)), "conv") if r.named(name) in r.inits else hint(node, "conv")
+    r.emit(node, Conv2d(channels, 1, groups=channels, bias=False), [x], "img", named, weight)
+
+
+@reads("Mul", note="of computed values; by a number (Scale); images by a learned (C, 1, 1); x * Sigmoid(x) is "
+                   "SiLU")
 def _mul(r: Reader, node, attrs: dict) -> None:
-    const = next((v for v in node.input if v in r.consts), None)
-    if const is not None:
-        raise bad(node, f"multiplies by the constant {const!r}: multidev.nn's Mul multiplies computed values (a "
-                        f"constant factor belongs in the weights of the layer before it)")
+    const = [k for k, v in enumerate(node.input) if v in r.consts]
+    if len(const) == 1 and len(node.input) == 2:
+        _by_constant(r, node, r.value(node, 1 - const[0]), node.input[const[0]], False)
+        return
     inputs = [r.value(node, k) for k in range(len(node.input))]
     r.emit(node, Mul(), inputs, _same_kind(node, inputs, "multiplies"), hint(node, "mul"))
 
 
+@reads("Div", note="by a number (Scale)")
+def _div(r: Reader, node, attrs: dict) -> None:
+    if node.input[1] not in r.consts:
+        raise bad(node, "divides by a computed value: multidev.nn divides only by a number (Scale)")
+    _by_constant(r, node, r.value(node), node.input[1], True)
+
+
 @writes(Dense)
 def _w_dense(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
-    inputs = ins + [w.init(n, "weight")] + ([w.init(n, "bias")] if n.layer.bias else [])
-    w.add("Gemm", inputs, out, n.name, transB=1)
+    """Gemm for features; MatMul by the transposed weight (then Add of the bias) on the last axis of tokens."""
+    if len(w.shapes[n.inputs[0]]) == 1:
+        inputs = ins + [w.init(n, "weight")] + ([w.init(n, "bias")] if n.layer.bias else [])
+        w.add("Gemm", inputs, out, n.name, transB=1)
+        return
+    weight = w.init(n, "weight", w.state[f"{n.name}.weight"].T)
+    if not n.layer.bias:
+        w.add("MatMul", ins + [weight], out, n.name)
+        return
+    w.add("MatMul", ins + [weight], n.name + "/product", n.name + "/MatMul")
+    w.add("Add", [n.name + "/product", w.init(n, "bias")], out, n.name)
 
 
 @writes(Add)
@@ -114,3 +191,13 @@ def _w_mul(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
         last = k == len(ins) - 1
         w.add("Mul", [acc, x], out if last else f"{n.name}/product{k}", n.name if last else f"{n.name}/Mul{k}")
         acc = f"{n.name}/product{k}"
+
+
+@writes(MatMul)
+def _w_matmul(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
+    w.add("MatMul", ins, out, n.name)
+
+
+@writes(Scale)
+def _w_scale(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
+    w.add("Mul", ins + [w.const(n.name + "/factor", n.layer.factor)], out, n.name)

@@ -1,16 +1,17 @@
 """Normalisation: BatchNormalization (its epsilon and momentum; a training-mode export read as what it is) and
-LayerNormalization over each whole sample."""
+LayerNormalization over the last axes (a transformer's, ConvNeXt's after its permute) or each whole sample."""
 
 from __future__ import annotations
 
 import warnings
+from typing import Optional
 
 import numpy as np
 
 from multidev.errors import MultidevError
 from multidev.nn.graph import NodeSpec
 from multidev.nn.layers import BatchNorm, LayerNorm
-from multidev.nn.onnx.base import RANK, bad, complement, decimal, reads, where, writes
+from multidev.nn.onnx.base import bad, complement, decimal, rank, reads, where, writes
 from multidev.nn.onnx.naming import hint
 from multidev.nn.onnx.reader import Reader
 from multidev.nn.onnx.writer import Writer
@@ -39,31 +40,58 @@ def _batchnorm(r: Reader, node, attrs: dict) -> None:
     r.emit(node, layer, [x], x[1], hint(node, "bn", node.input[1]), r.weights(node, arrays))
 
 
-def _per_channel(node, array: np.ndarray, rank: int, what: str) -> np.ndarray:
-    """A LayerNorm scale as one value per channel: ONNX's is per value of the sample, multidev's per channel."""
-    if array.ndim == rank - 1 and rank > 2:
+def _per_channel(array: np.ndarray, rank_: int) -> Optional[np.ndarray]:
+    """A LayerNorm scale as one value per channel (ONNX's is per value of the sample), or None where it varies
+    within a channel."""
+    if array.ndim == rank_ - 1 and rank_ > 2:
         flat = array.reshape(array.shape[0], -1)
-        if np.all(flat == flat[:, :1]):
-            return flat[:, 0].copy()
-    elif array.ndim == 1 and rank == 2:
+        return flat[:, 0].copy() if np.all(flat == flat[:, :1]) else None
+    return array if array.ndim == 1 and rank_ == 2 else None
+
+
+def _affine(r: Reader, node) -> tuple[np.ndarray, Optional[np.ndarray], bool]:
+    """(scale, bias, affine): no bias and a scale of ones that is no initializer (a Constant) is affine=False."""
+    scale, bias = r.const(node, 1, "scale"), r.optional(node, 2)
+    if len(node.input) > 2 and node.input[2] and bias is None:
+        r.const(node, 2, "bias")  # one line: the bias comes from a computed value
+    learned = node.input[1] in r.inits or not np.all(scale == 1) or bias is not None
+    return scale, bias, learned
+
+
+def _fit(node, array: np.ndarray, normalized: Optional[tuple[int, ...]], k: int, what: str) -> np.ndarray:
+    """ONNX's scale (or bias), broadcast over the normalised axes, as multidev's gamma (or beta) of their shape."""
+    if normalized is None and array.ndim == k:
         return array
-    raise bad(node, f"has a {what} of shape {array.shape} that varies within a channel: multidev.nn's LayerNorm "
-                    f"has one per channel")
+    try:
+        return np.broadcast_to(array, normalized).copy()  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        raise bad(node, f"has a {what} of shape {array.shape} for the last {k} axes of values whose size "
+                        f"multidev.nn does not know: export with a fixed input size") from None
 
 
-@reads("LayerNormalization", note="over each whole sample")
+@reads("LayerNormalization", note="over the last axes, or over each whole sample")
 def _layernorm(r: Reader, node, attrs: dict) -> None:
+    """axis -k: the last k axes (torch's LayerNorm(shape[-k:]), a transformer's -1); axis 1 (or any axis of
+    features), each whole sample, one scale per channel where it is so (multidev's LayerNorm()), else per value."""
     x = r.value(node)
-    rank = RANK[x[1]]
-    axis = int(attrs.get("axis", -1))
-    if axis % rank != 1:
-        raise bad(node, f"normalises from axis {axis}: multidev.nn's LayerNorm normalises each whole sample "
-                        f"(axis 1)")
-    gamma = _per_channel(node, r.const(node, 1, "scale"), rank, "scale")
-    beta = r.optional(node, 2)
-    beta = np.zeros_like(gamma) if beta is None else _per_channel(node, beta, rank, "bias")
-    layer = r.make(node, LayerNorm, eps=decimal(attrs.get("epsilon", 1e-5)))
-    r.emit(node, layer, [x], x[1], hint(node, "ln", node.input[1]), r.weights(node, {"gamma": gamma, "beta": beta}))
+    n, axis = rank(x[1]), int(attrs.get("axis", -1))
+    if not -n <= axis < n or axis % n == 0:
+        raise bad(node, f"normalises from axis {axis} of values of rank {n}: multidev.nn's LayerNorm normalises "
+                        f"the last axes of each sample, never the batch")
+    k, eps = n - axis % n, decimal(attrs.get("epsilon", 1e-5))
+    scale, bias, learned = _affine(r, node)
+    whole = k == n - 1 and (n == 2 or axis > 0)  # axis -k: the last axes, as torch and to_onnx write them
+    gamma = _per_channel(scale, n) if whole else None
+    beta = _per_channel(bias, n) if whole and gamma is not None and bias is not None else None
+    last: Optional[int] = None
+    if gamma is None or bias is not None and beta is None:
+        shape = r.onnx_shape(x)
+        last = None if whole and not learned else k
+        gamma = _fit(node, scale, shape[-k:] if shape else None, k, "scale")
+        beta = None if bias is None else _fit(node, bias, shape[-k:] if shape else None, k, "bias")
+    layer = r.make(node, LayerNorm, eps=eps, last=last, affine=learned)
+    params = {"gamma": gamma, "beta": np.zeros_like(gamma) if beta is None else beta} if learned else {}
+    r.emit(node, layer, [x], x[1], hint(node, "ln", node.input[1]), r.weights(node, params))
 
 
 @writes(BatchNorm)
@@ -75,13 +103,23 @@ def _w_batchnorm(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
 
 @writes(LayerNorm)
 def _w_layernorm(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
-    """ONNX's scale is per value of a sample: multidev's per-channel gamma and beta repeated over H and W."""
+    """ONNX's scale is per value of the normalised axes: multidev's per-channel gamma and beta (``last`` None)
+    repeated over H and W; without affine, a Constant scale of ones and no bias."""
     if w.opset < 17:
         raise MultidevError(f"{n.layer.where(n.name)} needs ONNX opset 17 or newer (LayerNormalization): "
                             f"export with opset=17")
-    shape = w.shapes[n.inputs[0]]
-    per_value = [np.broadcast_to(w.state[f"{n.name}.{p}"].reshape((-1,) + (1,) * (len(shape) - 1)), shape)
-                 for p in ("gamma", "beta")]
-    w.add("LayerNormalization", ins + [w.init(n, "gamma", per_value[0]), w.init(n, "beta", per_value[1])], out,
-          n.name, axis=1, epsilon=n.layer.eps)
+    L, shape = n.layer, w.shapes[n.inputs[0]]
+    axis = 1 if L.last is None else -L.last
+    normalized = shape if L.last is None else shape[-L.last:]
+    if not L.affine:
+        w.add("LayerNormalization", ins + [w.tensor(n.name + "/ones", np.ones(normalized))], out, n.name, axis=axis,
+              epsilon=L.eps)
+        return
+    if L.last is None:
+        params = [np.broadcast_to(w.state[f"{n.name}.{p}"].reshape((-1,) + (1,) * (len(shape) - 1)), shape)
+                  for p in ("gamma", "beta")]
+    else:
+        params = [w.state[f"{n.name}.{p}"] for p in ("gamma", "beta")]
+    w.add("LayerNormalization", ins + [w.init(n, "gamma", params[0]), w.init(n, "beta", params[1])], out,
+          n.name, axis=axis, epsilon=L.eps)
 

@@ -30,5 +30,17 @@ class Writer:
         self.nodes.append(self.onnx.helper.make_node("Constant", [], [name], name=name, value=tensor))
         return name
 
+    def ints(self, name: str, values) -> str:
+        """An int64 Constant node (a shape, axes, a Slice's bounds)."""
+        tensor = self.onnx.numpy_helper.from_array(np.asarray(values, np.int64), name)
+        self.nodes.append(self.onnx.helper.make_node("Constant", [], [name], name=name, value=tensor))
+        return name
+
+    def tensor(self, name: str, value: np.ndarray) -> str:
+        """A float32 Constant node of any shape: numbers that are not weights (a LayerNorm's scale of ones)."""
+        tensor = self.onnx.numpy_helper.from_array(np.asarray(value, np.float32), name)
+        self.nodes.append(self.onnx.helper.make_node("Constant", [], [name], name=name, value=tensor))
+        return name
+
     def add(self, op: str, inputs: list[str], output: str, name: str, **attrs: Any) -> None:
         self.nodes.append(self.onnx.helper.make_node(op, inputs, [output], name=name, **attrs))
