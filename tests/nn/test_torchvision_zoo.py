@@ -1,12 +1,14 @@
 """torchvision's classifiers, exported by torch's TorchScript exporter, read by nn.from_onnx.
 
-Why: these are the CNNs users bring; each one within reach of the model
+Why: these are the networks users bring; each one within reach of the model
 language must import and give torch's logits (float64 on both sides, within
 1e-6 of the largest logit), and each one beyond it must say in one line
-which node it cannot read. Built with ``weights=None, num_classes=10`` and
-random BatchNorm statistics; inputs of 32x32 (the smallest at which every
-stage of the 32x-downsampling networks still sees a pixel of its own), and
-224 for AlexNet and VGG, whose adaptive pools need 6x6 and 7x7 maps.
+which node it cannot read. Built with ``weights=None, num_classes=10``,
+random BatchNorm statistics and LayerNorm scales, ConvNeXt's layer scales
+near 1 (not 1e-6, which would hide its blocks) and a ViT head that is not
+zero; inputs of 32x32 (the smallest at which every stage of the
+32x-downsampling networks still sees a pixel of its own), and 224 for
+AlexNet and VGG, whose adaptive pools need 6x6 and 7x7 maps.
 """
 
 import warnings
@@ -17,11 +19,11 @@ import pytest
 
 import multidev
 from multidev import MultidevError, reference
-from multidev.nn.onnx import from_onnx
+from multidev.nn.onnx import SUPPORTED, from_onnx
 
 pytest.importorskip("onnx", reason="the onnx package is not installed (pip install 'multidev[onnx]')")
 
-FAST = {"resnet18", "squeezenet1_0", "mobilenet_v2"}
+FAST = {"resnet18", "squeezenet1_0", "mobilenet_v2", "vit"}
 #: name -> (input size, counts of the layers that mark it)
 READ = {"resnet18": (32, {"Add": 8}), "squeezenet1_0": (32, {"Concat": 8, "MaxPool2d": 3}),
         "mobilenet_v2": (32, {"ReLU6": 35, "Conv2d": 52}), "alexnet": (224, {"AvgPool2d": 1}),
@@ -29,24 +31,22 @@ READ = {"resnet18": (32, {"Add": 8}), "squeezenet1_0": (32, {"Concat": 8, "MaxPo
         "googlenet": (32, {"Concat": 9, "MaxPool2d": 13}),
         "mobilenet_v3_small": (32, {"HardSwish": 19, "HardSigmoid": 9, "Mul": 9}),
         "efficientnet_b0": (32, {"SiLU": 49, "Sigmoid": 16, "Mul": 16}),
-        "regnet_y_400mf": (32, {"Sigmoid": 16, "Mul": 16})}
-#: name -> (input size, the one line from_onnx refuses it with): Reshape and Transpose of any rank are a later step
+        "regnet_y_400mf": (32, {"Sigmoid": 16, "Mul": 16}),
+        "vit": (32, {"MultiHeadAttention": 2, "ClassToken": 1, "PositionEmbedding": 1, "Slice": 1}),
+        "shufflenet_v2_x0_5": (32, {"Reshape": 32, "Transpose": 16, "Slice": 26}),
+        "convnext_tiny": (32, {"LayerNorm": 23, "Transpose": 46, "Conv2d": 40, "GELU": 18})}
+#: name -> (input size, the one line from_onnx refuses it with): Swin's shifted windows pad (N, H, W, C) tokens,
+#: fold the windows into the batch axis and add a learned table gathered by constant indices to the attention
 REFUSED = {
-    "shufflenet_v2_x0_5": (32, "ONNX node '/stage2/stage2.0/Reshape' (op Reshape) reshapes to [1, 2, 24, 4, 4]: "
-                               "multidev.nn reshapes only to (N, -1), a Flatten"),
-    "convnext_tiny": (32, "ONNX node '/features/features.0/features.0.1/Transpose' (op Transpose) transposes a "
-                          "computed value (perm [0, 2, 3, 1]): multidev.nn keeps images in (N, C, H, W) order and "
-                          "transposes only weights"),
-    "swin_t": (32, "ONNX node '/features/features.0/features.0.1/Transpose' (op Transpose) transposes a computed "
-                   "value (perm [0, 2, 3, 1]): multidev.nn keeps images in (N, C, H, W) order and transposes only "
-                   "weights"),
-    "vit": (32, "ONNX node '/Reshape' (op Reshape) reshapes to [1, 32, 16]: multidev.nn reshapes only to (N, -1), "
-                "a Flatten"),
+    "swin_t": (32, "ONNX node '/features/features.1/features.1.0/attn/Pad' (op Pad) is not supported by "
+                   "multidev.nn: it has no layer that pads a value alone (Conv2d and the pools pad the images they "
+                   f"read: give the padding to the Conv or pool after it); supported ops are {SUPPORTED}"),
 }
 
 
 def _model(models, name: str):
-    """The classifier with 10 classes and BatchNorm statistics that are not the identity, in eval mode."""
+    """The classifier with 10 classes, normalisations that are not the identity and a head that is not zero, in
+    eval mode."""
     import torch
 
     torch.manual_seed(0)
@@ -59,10 +59,16 @@ def _model(models, name: str):
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.normal_(0, 0.1)
                 m.running_mean.normal_(0, 0.1)
                 m.running_var.uniform_(0.5, 1.5)
+            if isinstance(m, (torch.nn.BatchNorm2d, torch.nn.LayerNorm)):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.1)
+        for key, p in model.named_parameters():
+            if key.endswith("layer_scale"):
+                p.uniform_(0.5, 1.5)
+            elif key.startswith("heads.") or key == "class_token":
+                p.normal_(0, 0.1)
     return model.eval()
 
 
@@ -98,7 +104,7 @@ def test_a_classifier_imports_and_gives_torchs_logits(torchvision_models, tmp_pa
     assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "vit" else pytest.mark.slow) for n in REFUSED])
+@pytest.mark.parametrize("name", _speed(REFUSED))
 def test_a_classifier_beyond_the_model_language_is_one_line(torchvision_models, tmp_path, name):
     size, message = REFUSED[name]
     _, path = _exported(torchvision_models, name, size, tmp_path)
