@@ -201,9 +201,7 @@ class LayerChecks(EngineFixtures):
 
     def _judge(self, engine, spec: ModelSpec, k: int, what: str, batchnorm: str = "local",
                dtype: Optional[tuple[str, float]] = None) -> None:
-        missing = lacking(engine, frozenset(type(n.layer).__name__ for n in spec.graph.nodes))
-        if missing:
-            pytest.skip(f"the {engine.name} engine states it does not build {', '.join(missing)} (its layers)")
+        self.builds(engine, spec)
         dtype, rtol = dtype or self.dtype(engine)
         x, y = batch(spec, 7, seed=3)
         sizes = shard_sizes(len(x), k)
@@ -227,6 +225,13 @@ class LayerChecks(EngineFixtures):
         floor = 1e-3 * max(float(np.abs(w).max(initial=0.0)) for w in want.values())
         assert_states_close(reps.state(), want, rtol=rtol, floor=floor,
                             promise=f"models: {what}: one SGD step ({dtype}, {k} device(s)) is not the float64 truth")
+
+    @staticmethod
+    def builds(engine, spec: ModelSpec) -> None:
+        """Skipped, with the reason, where the engine states it does not build a layer of ``spec``."""
+        missing = lacking(engine, frozenset(type(n.layer).__name__ for n in spec.graph.nodes))
+        if missing:
+            pytest.skip(f"the {engine.name} engine states it does not build {', '.join(missing)} (its layers)")
 
     def test_a_concatenation_into_a_convolution_in_float32(self, engine):
         """Branches ending inside a block of oneDNN's blocked layouts, in float32, where oneDNN runs them."""
@@ -303,6 +308,7 @@ class LayerChecks(EngineFixtures):
         net = readme_definition() if model == "readme" else nn.vit(patch=2, dim=8, depth=2, heads=2, mlp=16,
                                                                     drop_path=0.5)
         spec = ModelSpec(model, (1, 8, 8), 4, net.graph())
+        self.builds(engine, spec)
         for k in self.among(engine, (1, 2)):
             reps, batchnorm = self._float64_replicas(engine, spec, k)
             state = spec.init(0)
