@@ -1,0 +1,102 @@
+"""torchvision's classifiers on every engine: imported from ONNX, torch's own logits, and an epoch on 2 devices.
+
+Why: ``test_torchvision_zoo.py`` shows the model language reads each network
+exactly (the float64 reference against torch); this shows each engine builds
+what was read: float32 logits within 1e-4 of torch's module (relative to the
+largest logit, from the file's own weights), then one epoch of a small
+synthetic set on 2 devices that moves the weights and reports a finite loss.
+"""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import multidev
+from multidev.data import synthetic
+from multidev.engines.protocol import Setup, replicate
+from multidev.engines.registry import installed, load_backend
+from multidev.outputs import checkpoint as ckpt
+from multidev.rules.devices import resolve_devices
+from multidev.rules.models import ModelSpec
+from multidev.rules.split import cut, shard_sizes
+
+pytest.importorskip("onnx", reason="the onnx package is not installed (pip install 'multidev[onnx]')")
+
+ENGINES = [e for e in ("torch", "jax", "mxnet") if e in installed()]
+#: name -> input size: 32 px where every stage still sees a pixel; AlexNet and VGG's adaptive pools need 224
+SIZES = {"resnet18": 32, "mobilenet_v2": 32, "vit": 32, "squeezenet1_0": 32, "resnet50": 32, "densenet121": 32,
+         "googlenet": 32, "mobilenet_v3_small": 32, "efficientnet_b0": 32, "regnet_y_400mf": 32,
+         "shufflenet_v2_x0_5": 32, "convnext_tiny": 32, "alexnet": 224, "vgg11": 224}
+
+
+def _exported(models, name: str, size: int, folder):
+    """torch's module in eval mode (BatchNorm statistics away from the identity) and its ONNX file."""
+    import torch
+
+    torch.manual_seed(0)
+    if name == "vit":
+        model = models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
+                                         mlp_dim=64, num_classes=10)
+    else:
+        extra = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
+        model = getattr(models, name)(weights=None, num_classes=10, **extra)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.normal_(0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+    model.eval()
+    path = folder / f"{name}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, torch.zeros(1, 3, size, size), str(path), dynamo=False, do_constant_folding=False,
+                          opset_version=17)
+    return model, path
+
+
+@pytest.fixture(scope="module")
+def exported(torchvision_models, tmp_path_factory):
+    """name -> (torch's logits on 4 images, the ONNX file), made once per network for every engine."""
+    import torch
+
+    made = {}
+
+    def get(name: str):
+        if name not in made:
+            size = SIZES[name]
+            model, path = _exported(torchvision_models, name, size, tmp_path_factory.mktemp(name))
+            x = np.random.default_rng(1).normal(0, 1, (4, 3, size, size)).astype(np.float32)
+            with torch.no_grad():
+                made[name] = (x, model(torch.from_numpy(x)).numpy(), path)
+        return made[name]
+    return get
+
+
+#: what CI's slow run covers: each kind of layer once (residual, depthwise, squeeze-and-excitation with SiLU,
+#: channel shuffle, attention); the rest run with `-m zoo` (about 20 minutes on 2 cores)
+CI = {"resnet18", "mobilenet_v2", "efficientnet_b0", "shufflenet_v2_x0_5", "vit"}
+
+
+@pytest.mark.parametrize("engine, name", [pytest.param(e, n, marks=pytest.mark.slow if n in CI else pytest.mark.zoo)
+                                          for n in SIZES for e in ENGINES])
+def test_an_imported_classifier_gives_torchs_logits_and_trains_on_two_devices(exported, engine, name, tmp_path):
+    x, want, path = exported(name)
+    graph = multidev.nn.from_onnx(path)
+    spec = ModelSpec(name, x.shape[1:], 10, graph)
+    backend = load_backend(engine)
+    sizes = shard_sizes(len(x), 2)
+    devices = resolve_devices(devices=2, gpu_count=0, max_cpu=backend.max_cpu_devices())
+    reps = replicate(backend, Setup(spec, tuple(devices)), spec.init(0))
+    got = reps.predict(reps.place(cut(x, None, sizes)))
+    gap = float(np.abs(got - want).max() / np.abs(want).max())
+    assert gap <= 1e-4, f"{engine}'s float32 logits of torchvision's {name} are {gap:.1e} from torch's module"
+
+    data = synthetic(n_train=8, n_test=4, shape=x.shape[1:], num_classes=10)
+    result = multidev.train(backend=engine, devices=2, model=str(path), dataset=data, epochs=1, batch_size=4,
+                            lr=0.01, progress=False, checkpoint=tmp_path / "ck.npz")
+    assert math.isfinite(result.epochs[-1].loss), f"{engine}: an epoch of {name} ended in loss {result.epochs}"
+    _, trained, _ = ckpt.load(tmp_path / "ck.npz")
+    moved = [k for k, v in spec.init(0).items() if not np.array_equal(v, trained[k])]
+    assert len(moved) > len(trained) // 4, f"{engine}: an epoch of {name} moved only {moved}"
