@@ -43,6 +43,9 @@ def _exported(models, name: str, size: int, folder):
         extra = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
         model = getattr(models, name)(weights=None, num_classes=10, **extra)
     with torch.no_grad():
+        for p in model.parameters():  # a ViT's head and class token start at 0: its logits would all be 0
+            if p.ndim and not p.any():
+                p.normal_(0, 0.02)
         for m in model.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
                 m.running_mean.normal_(0, 0.1)
