@@ -17,7 +17,11 @@ devices), ``model`` (any ``multidev.nn`` definition under the canonical names),
 canonical names) and ``distributed`` (one process per device: ``launch``,
 ``join``, ``leave``, ``all_sum``).
 
-JAX's own: ``layout`` (canonical arrays to Flax variables and back), ``conv``
+JAX's own: ``layout`` (canonical arrays to Flax variables and back),
+``shapes`` (the engine's NHWC images and the layers that read the canonical
+axes: Reshape, Transpose, Slice, MatMul, Mul), ``tokens`` (a transformer's
+class token, position embedding and attention, holding the core's arrays),
+``pools`` (MaxPool2d and AvgPool2d with torch's padding), ``conv``
 (XLA:CPU's slow tiny convolutions as a matrix product), ``compiled``
 (ahead-of-time compilation, timed), ``compile_cache`` (JAX's persistent
 compilation cache), ``shared_compile`` (one compilation for a job's

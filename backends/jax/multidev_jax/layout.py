@@ -6,6 +6,9 @@ running statistics under ``batch_stats``. Module paths equal the canonical
 names, so only the leaf name and the axis order change; transposes are exact.
 Leaves keep their canonical names (the engine's BatchNorm writes ``gamma``,
 ``running_mean``, ...) except kernels and Flax's own LayerNorm (``scale``, ``bias``).
+The engine's own token modules (:mod:`.tokens`) hold the core's arrays as
+they are: the attention's ``in_weight`` and ``out_weight`` keep their names
+and torch's (out, in) layout.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy as np
 from flax.traverse_util import flatten_dict, unflatten_dict
 
 from multidev.engine import ModelSpec, Param, State
-from multidev.nn.layers import LayerNorm
+from multidev.nn.layers import LayerNorm, MultiHeadAttention
 
 Variables = dict[str, Any]  # {"params": nested dict, "batch_stats": nested dict}
 
@@ -24,10 +27,17 @@ _TO_FLAX = {"conv": (2, 3, 1, 0), "dense": (1, 0)}    # OIHW -> HWIO, (out, in) 
 _FROM_FLAX = {"conv": (3, 2, 0, 1), "dense": (1, 0)}
 #: Flax's leaf names where a layer of Flax's own names its parameters otherwise
 _LEAVES: dict[type, dict[str, str]] = {LayerNorm: {"gamma": "scale", "beta": "bias"}}
+#: layers whose modules hold their dense weights as the core does (tokens.py), not as Flax's kernels
+_AS_THE_CORE: frozenset[type] = frozenset({MultiHeadAttention})
 
 
 def collection(param: Param) -> str:
     return "params" if param.trainable else "batch_stats"
+
+
+def kernel(param: Param, layer: type = object) -> bool:
+    """Whether Flax holds the array as a kernel (turned, under ``kernel``): Flax's own Conv's and Dense's."""
+    return param.role in _TO_FLAX and layer not in _AS_THE_CORE
 
 
 def path(param: Param, layer: type = object) -> tuple[str, ...]:
@@ -36,13 +46,14 @@ def path(param: Param, layer: type = object) -> tuple[str, ...]:
     ``layer``: the class (of ``multidev.nn``) of the node that holds the parameter.
     """
     *modules, leaf = param.name.split(".")
-    return (*modules, "kernel" if param.role in _TO_FLAX else _LEAVES.get(layer, {}).get(leaf, leaf))
+    return (*modules, "kernel" if kernel(param, layer) else _LEAVES.get(layer, {}).get(leaf, leaf))
 
 
-def paths(spec: ModelSpec) -> dict[str, tuple[str, ...]]:
-    """Every canonical name's Flax path."""
+def paths(spec: ModelSpec) -> dict[str, tuple[tuple[str, ...], bool]]:
+    """Every canonical name's Flax path, and whether it is a kernel (:func:`kernel`)."""
     layers = {node.name: type(node.layer) for node in spec.graph.nodes}
-    return {p.name: path(p, layers.get(p.name.rpartition(".")[0], object)) for p in spec.params()}
+    owners = {p.name: layers.get(p.name.rpartition(".")[0], object) for p in spec.params()}
+    return {p.name: (path(p, owners[p.name]), kernel(p, owners[p.name])) for p in spec.params()}
 
 
 def to_flax(spec: ModelSpec, state: State, dtype=np.float32, trainable_only: bool = False) -> Variables:
@@ -56,9 +67,8 @@ def to_flax(spec: ModelSpec, state: State, dtype=np.float32, trainable_only: boo
         if trainable_only and not p.trainable:
             continue
         value = np.asarray(state[p.name], dtype)
-        if p.role in _TO_FLAX:
-            value = value.transpose(_TO_FLAX[p.role])
-        flat[collection(p)][where[p.name]] = np.ascontiguousarray(value)
+        at, turned = where[p.name]
+        flat[collection(p)][at] = np.ascontiguousarray(value.transpose(_TO_FLAX[p.role]) if turned else value)
     return {name: unflatten_dict(tree) for name, tree in flat.items()}
 
 
@@ -70,8 +80,7 @@ def from_flax(spec: ModelSpec, variables: Mapping[str, Any], trainable_only: boo
     for p in spec.params():
         if trainable_only and not p.trainable:
             continue
-        value = np.asarray(flat[collection(p)][where[p.name]])
-        if p.role in _FROM_FLAX:
-            value = value.transpose(_FROM_FLAX[p.role])
-        state[p.name] = np.ascontiguousarray(value)
+        at, turned = where[p.name]
+        value = np.asarray(flat[collection(p)][at])
+        state[p.name] = np.ascontiguousarray(value.transpose(_FROM_FLAX[p.role]) if turned else value)
     return state

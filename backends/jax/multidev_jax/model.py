@@ -6,9 +6,10 @@ paths equal the canonical names, one nested module per dotted scope
 (``stage2.block1.conv1`` is ``stage2`` / ``block1`` / ``conv1``), so
 :mod:`.layout` only renames leaves and reorders axes. Images arrive NCHW (the
 canonical layout) and are turned NHWC once, at the input, where XLA's
-convolutions want them; Flatten turns them back to NCHW so that a dense
-weight after it keeps the canonical C, H, W feature order, and Dropout's
-masks, drawn by the core in NCHW, are turned like the images.
+convolutions want them; the layers that read the canonical order (Flatten,
+Reshape, Transpose, MatMul) turn them back (:mod:`.shapes`), and Dropout's
+masks, drawn by the core in NCHW, are turned like the images. The token
+layers are the engine's own modules (:mod:`.tokens`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from .batchnorm import BatchNorm, ChannelSum
 from .conv import conv_general_dilated, conv_general_dilated_once
 from .forms.sums import matvec
 from .pools import Pads, chw, pool
+from .shapes import engine_axis, flatten, matmul, nchw, nhwc, product, reshape, sliced, transpose
+from .tokens import ClassToken, MultiHeadAttention, PositionEmbedding
 
 #: Full float32 everywhere: the engines promise the same answers, and TF32 on GPUs would break the 1e-3 tolerance.
 PRECISION = lax.Precision.HIGHEST
@@ -81,11 +84,6 @@ def dense(features: int, name: str, compute: Compute, bias: bool = True) -> nn.D
     return nn.Dense(features, use_bias=bias, dtype=compute.dtype, precision=compute.precision, name=name)
 
 
-def nhwc(a: jax.Array) -> jax.Array:
-    """Images NCHW -> NHWC (the engine's layout inside); feature vectors as they are."""
-    return jnp.transpose(a, (0, 2, 3, 1)) if a.ndim == 4 else a
-
-
 class Scope(nn.Module):
     """One dotted part of the canonical names, so that Flax's paths nest as the names do.
 
@@ -131,21 +129,28 @@ def _dense(layer: md.Dense, x: jax.Array, run: _Pass, name: str) -> jax.Array:
 
 
 def _batchnorm(layer: md.BatchNorm, x: jax.Array, run: _Pass, name: str) -> jax.Array:
-    return BatchNorm(run.compute.channel_sum, run.rows, layer.eps, layer.momentum, name=name)(x, run.mask)
+    """The engine's BatchNorm wants the channels last, as NHWC images and features have them; the channels of other
+    ranks (the sample's first axis, tokens' L) go there and back."""
+    turned = x.ndim not in (2, 4)
+    y = BatchNorm(run.compute.channel_sum, run.rows, layer.eps, layer.momentum, name=name)(
+        jnp.moveaxis(x, 1, -1) if turned else x, run.mask)
+    return jnp.moveaxis(y, -1, 1) if turned else y
 
 
 def _layernorm(layer: md.LayerNorm, x: jax.Array, run: _Pass, name: str) -> jax.Array:
     """Flax's LayerNorm. Over a whole sample, gamma and beta per channel (NHWC's last axis, else the sample's first);
-    over the last ``last`` axes, per value of those (other values than images: their layout is the canonical one)."""
+    over the last ``last`` axes, per value of those, in the canonical order: images go to NCHW and back, so that
+    gamma's (C, H, W) is the core's and not Flax's (H, W, C)."""
+    norm = partial(nn.LayerNorm, layer.eps, dtype=x.dtype, use_bias=layer.affine, use_scale=layer.affine,
+                   use_fast_variance=False, name=name)
     if layer.last is None:
-        axes, features = tuple(range(1, x.ndim)), 3 if x.ndim == 4 else 1
-    elif x.ndim != 4:
-        axes = features = tuple(range(x.ndim - layer.last, x.ndim))
-    else:
-        raise MultidevError(f"the JAX engine normalises images over a whole sample only, not the last {layer.last} "
-                            f"axes ({layer.where(name)}): use LayerNorm() on them, or upgrade multidev-jax")
-    return nn.LayerNorm(layer.eps, dtype=x.dtype, reduction_axes=axes, feature_axes=features, use_bias=layer.affine,
-                        use_scale=layer.affine, use_fast_variance=False, name=name)(x)
+        return norm(reduction_axes=tuple(range(1, x.ndim)), feature_axes=3 if x.ndim == 4 else 1)(x)
+    axes = tuple(range(x.ndim - layer.last, x.ndim))
+    return nhwc(norm(reduction_axes=axes, feature_axes=axes)(nchw(x)))
+
+
+def _attention(layer: md.MultiHeadAttention, x: jax.Array, run: _Pass, name: str) -> jax.Array:
+    return MultiHeadAttention(layer.heads, layer.bias, run.compute.dtype, run.compute.precision, name=name)(x)
 
 
 #: torch's definitions, jax.nn's own functions (hardsigmoid: relu6(x + 3) / 6)
@@ -154,34 +159,9 @@ _ACTIVATIONS: dict[type, Callable[[jax.Array], jax.Array]] = {
     md.HardSigmoid: jax.nn.hard_sigmoid, md.HardSwish: jax.nn.hard_swish}
 
 
-def engine_axis(x: jax.Array, sample_axis: int) -> int:
-    """A canonical axis of the sample (negative from the end) as an axis of ``x``: images' C, H, W are NHWC's
-    3, 1, 2; other values keep the canonical layout, one past the batch."""
-    index = sample_axis % (x.ndim - 1)
-    return (3, 1, 2)[index] if x.ndim == 4 else index + 1
-
-
-def _as_images(x: jax.Array) -> jax.Array:
-    """A value of fewer axes as NHWC images that broadcast against images as its canonical shape does against
-    (C, H, W): NumPy's rule lines up the last axes, so features (F,) meet W."""
-    return nhwc(x.reshape(x.shape[:1] + (1,) * (4 - x.ndim) + x.shape[1:]))
-
-
-def _product(xs: list[jax.Array]) -> jax.Array:
-    """Mul: NumPy's broadcasting of the canonical sample shapes (images among themselves broadcast in NHWC as in
-    C, H, W, as every axis moves alike)."""
-    if any(x.ndim == 4 for x in xs):
-        xs = [x if x.ndim == 4 else _as_images(x) for x in xs]
-    return reduce(lambda a, b: a * b, xs)  # left to right, as the reference
-
-
-def _flatten(x: jax.Array) -> jax.Array:
-    """C, H, W order (canonical): NHWC images go back to NCHW before the reshape."""
-    return (jnp.transpose(x, (0, 3, 1, 2)) if x.ndim == 4 else x).reshape(x.shape[0], -1)
-
-
 def _dropout(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:
-    """x times the core's multipliers in training (in x's dtype after the product), the identity in inference."""
+    """x times the core's multipliers in training (in x's dtype after the product), the identity in inference;
+    DropPath's (n, 1, ..., 1) broadcast, one per sample, in either layout."""
     x = xs[0]
     if run.mask is None:
         return x
@@ -223,13 +203,29 @@ def _concat(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:
     return jnp.concatenate(xs, axis=engine_axis(xs[0], node.layer.axis))
 
 
+def _of_layer(function: Callable[[Any, jax.Array], jax.Array]) -> Builder:
+    """A layer without parameters that reads its hyperparameters: function(layer, input)."""
+    return lambda node, xs, run: function(node.layer, xs[0])
+
+
+def _softmax(layer: md.Softmax, x: jax.Array) -> jax.Array:
+    return jax.nn.softmax(x, axis=engine_axis(x, layer.axis))
+
+
 _BUILDERS: dict[type, Builder] = {
     md.Conv2d: _with_params(_conv), md.Dense: _with_params(_dense), md.BatchNorm: _with_params(_batchnorm),
     md.LayerNorm: _with_params(_layernorm), **{kind: _elementwise(f) for kind, f in _ACTIVATIONS.items()},
     md.GELU: _gelu, md.LeakyReLU: _leaky_relu, md.MaxPool2d: _pool, md.AvgPool2d: _pool,
-    md.GlobalAvgPool: _global_avg_pool, md.Flatten: _elementwise(_flatten), md.Dropout: _dropout,
+    md.GlobalAvgPool: _global_avg_pool, md.Dropout: _dropout, md.DropPath: _dropout,
     md.Add: lambda node, xs, run: reduce(lambda a, b: a + b, xs),  # left to right, as the reference
-    md.Mul: lambda node, xs, run: _product(xs), md.Concat: _concat}
+    md.Mul: lambda node, xs, run: product(xs), md.Concat: _concat,
+    md.MatMul: lambda node, xs, run: matmul(xs[0], xs[1], run.compute.precision),
+    md.Softmax: _of_layer(_softmax), md.Scale: _of_layer(lambda layer, x: x * layer.factor),
+    md.Flatten: _elementwise(flatten), md.Reshape: _of_layer(reshape), md.Transpose: _of_layer(transpose),
+    md.Slice: _of_layer(sliced),
+    md.ClassToken: _with_params(lambda layer, x, run, name: ClassToken(name=name)(x)),
+    md.PositionEmbedding: _with_params(lambda layer, x, run, name: PositionEmbedding(name=name)(x)),
+    md.MultiHeadAttention: _with_params(_attention)}
 
 #: the names (as ``multidev.nn.layers.LAYERS`` has them) of the layers this engine builds
 BUILT = frozenset(kind.__name__ for kind in _BUILDERS)

@@ -4,8 +4,14 @@ The definition uses every kind of layer the model language has, in the
 functional form, with nested scopes (dotted canonical names), residual blocks,
 a channel Concat, LayerNorm on images and on features, a squeeze-and-excitation
 gate (Mul), grouped, dilated, "same" and four-sided convolutions, padded and
-ceil_mode pools, and two Dropouts whose masks come from the core, on uneven and
-padded shards.
+ceil_mode pools, two Dropouts and a DropPath on images, whose masks come from
+the core, on uneven and padded shards. Its token branch holds what the engine
+keeps NHWC or turns to NCHW and back: images reshaped into tokens, a pre-norm
+attention block with DropPath, attention written out with a Softmax off the
+last axis, BatchNorm of tokens (channels L, the sample's first axis),
+LayerNorm over an image's last three axes (gamma (C, H, W)), an image sliced,
+transposed and multiplied by tokens, and a sample of four axes normalised,
+through Dense and gated by a lower rank.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import pytest
 
 import multidev
 from multidev import ModelSpec, MultidevError, load_backend, nn, reference, resolve_devices, shard_sizes
+from multidev.nn.node import Node
 from multidev.rules.dropout import multipliers
 from multidev.rules.split import split
 from multidev.testing import max_rel_error
@@ -24,11 +31,25 @@ from multidev.testing import max_rel_error
 CLASSES, BATCH = 5, 7
 
 
+def tokens(h: Node) -> tuple[Node, Node]:
+    """Images (12, 3, 3) through every token layer: the class token's features (12,), and a gated value (96,)."""
+    t = nn.PositionEmbedding()(nn.ClassToken()(nn.Transpose((1, 0))(nn.Reshape((12, -1))(h))))  # (10, 12)
+    t = nn.Residual(nn.LayerNorm(last=1), nn.MultiHeadAttention(3), nn.DropPath(0.5), name="block2")(t)
+    keys = nn.Transpose((1, 0))(nn.Dense(4)(t))
+    scores = nn.Softmax(0)(nn.Scale(0.5)(nn.MatMul()(nn.Dense(4, bias=False)(t), keys)))  # over the queries
+    mixed = nn.BatchNorm()(nn.MatMul()(scores, t))                           # (10, 10) @ (10, 12), L's channels
+    image = nn.Transpose((0, 2, 1))(nn.Slice(1, 0, None, 2)(nn.LayerNorm(last=3)(h)))  # (12, 3, 2)
+    wide = nn.MatMul()(nn.Softmax(1)(image), nn.Slice(0, 1, 3)(mixed))       # (12, 3, 2) @ (2, 12): (12, 3, 12)
+    deep = nn.Dense(4)(nn.LayerNorm(last=2, affine=False)(nn.Reshape((2, 6, 3, 12))(wide)))  # (2, 6, 3, 4)
+    gate = nn.Sigmoid()(nn.Dense(4)(nn.Slice(0, 0, 3)(mixed)))               # (3, 4)
+    return nn.Flatten()(nn.Slice(0, 0, 1)(mixed)), nn.Flatten()(nn.Mul()(deep, gate))
+
+
 def definition() -> nn.Model:
     x = nn.Input()
     h = nn.ReLU6()(nn.BatchNorm(eps=1e-3, momentum=0.01)(nn.Conv2d(8, 3, padding="same", bias=False)(x)))
     body = nn.Residual(nn.Conv2d(8, 3, padding=1, bias=False), nn.BatchNorm(), nn.ReLU(), nn.Conv2d(8, 3, padding=1),
-                       name="block1")
+                       nn.DropPath(0.5), name="block1")  # images' (n, 1, 1, 1) masks
     h = nn.ReLU()(nn.Sequential(body, name="stage1")(h))          # stage1.block1.conv1 ...
     squeezed = nn.SiLU()(nn.Conv2d(2, 1)(nn.GlobalAvgPool(keepdims=True)(h)))
     h = nn.Mul()(h, nn.HardSigmoid()(nn.Conv2d(8, 1)(squeezed)))  # squeeze-and-excitation: (8, 12, 12) * (8, 1, 1)
@@ -38,8 +59,9 @@ def definition() -> nn.Model:
     h = nn.HardSwish()(nn.LayerNorm(eps=1e-6)(nn.Concat()(nn.Conv2d(6, 1, groups=2)(h), wide)))  # 10 channels
     down = nn.Tanh()(nn.Conv2d(12, 3, stride=2, padding=(0, 1, 0, 1))(h))  # 6x6 -> 3x3
     h = nn.Add()(down, nn.LeakyReLU(0.2)(nn.Conv2d(12, 1, stride=2, name="proj")(h)))
+    token, gated = tokens(h)
     h = nn.AvgPool2d(2, ceil_mode=True)(nn.Dropout(0.25)(h))      # 3x3 -> 2x2, the last windows half outside
-    f = nn.Concat()(nn.Flatten()(h), nn.GlobalAvgPool()(h))        # 48 + 12 features
+    f = nn.Concat()(nn.Flatten()(h), nn.GlobalAvgPool()(h), token, gated)  # 48 + 12 + 12 + 96 features
     f = nn.Dropout(0.5)(nn.Sigmoid()(nn.LayerNorm()(nn.GELU()(nn.Dense(16)(f)))))
     return nn.Model(x, nn.Dense()(f))
 
@@ -88,7 +110,7 @@ def training(sizes, dtype=np.float64) -> multidev.Shards:
 def test_the_definition_uses_every_layer():
     kinds = {type(node.layer).__name__ for node in SPEC.graph.nodes}
     assert kinds == set(nn.layers.LAYERS), set(nn.layers.LAYERS) - kinds
-    assert "stage1.block1.conv1.weight" in SPEC.trainable() and len(SPEC.dropouts()) == 2
+    assert "stage1.block1.conv1.weight" in SPEC.trainable() and len(SPEC.dropouts()) == 4
 
 
 def test_state_round_trips_exactly(engine):
