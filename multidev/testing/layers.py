@@ -191,6 +191,10 @@ def masked(spec: ModelSpec, x: np.ndarray, y: np.ndarray, sizes, dtype: str, ste
     return dataclasses.replace(shards, masks=masks), whole
 
 
+#: the networks the 5 float64 steps train, as their promise names them
+WHAT = {"readme": "a residual network with dropout", "vit": "a ViT with stochastic depth"}
+
+
 class LayerChecks(EngineFixtures):
     """contract: Models: each layer alone, then random compositions, give the float64 truth's numbers."""
 
@@ -319,7 +323,7 @@ class LayerChecks(EngineFixtures):
                 reps.train_step(reps.place(shards), lr=0.1)
                 state = reference.sgd_step(spec, state, x, y, 0.1, sizes, batchnorm, masks=masks)
             assert_states_close(reps.state(), state, rtol=FLOAT64_RTOL,
-                                promise=f"models: 5 float64 steps of {model}'s network on {k} device(s) "
+                                promise=f"models: 5 float64 steps of {WHAT[model]} on {k} device(s) "
                                         f"({batchnorm} BatchNorm) are not the float64 truth")
 
     def _float64_replicas(self, engine, spec: ModelSpec, k: int) -> tuple[Replicas, str]:

@@ -85,9 +85,9 @@ BAD = {
     "negative learning rate": (["--lr", "-0.1"], "learning rate must be a positive finite number, got -0.1"),
     "nan learning rate": (["--lr", "nan"], "learning rate must be a positive finite number, got nan"),
     "unknown model": (["--model", "vgg"], "unknown model 'vgg': give resnet18, lenet, mlp, convnet, "
-                                          "path/net.py:function, net.onnx or net.json"),
+                                          "mobilenet_v2, vit, path/net.py:function, net.onnx or net.json"),
     "missing model file": (["--model", "nowhere/net.py:build"], "model file nowhere/net.py does not exist: give "
-                           "resnet18, lenet, mlp, convnet, path/net.py:function, net.onnx or net.json"),
+                           "resnet18, lenet, mlp, convnet, mobilenet_v2, vit, path/net.py:function, net.onnx or net.json"),
     "unknown data set": (["--dataset", "cifar"], "unknown data set 'cifar' (nor a folder or file here): give digits, "
                                                  "fashion-mnist, cifar-10, synthetic, a .npz file, a folder (README: "
                                                  "Your data), or (in Python) multidev.data.arrays(...)"),

@@ -43,33 +43,33 @@ class NoOneOrTwo(LayerChecks):
 
 def test_five_float64_steps_run_on_one_device_and_on_two():
     engine = Recording()
-    LayerChecks().test_five_float64_steps_of_a_definition_equal_the_truth(engine)
+    LayerChecks().test_five_float64_steps_of_a_definition_equal_the_truth(engine, "readme")
     assert (engine.runs, engine.modes) == ([1, 2], ["local", "sync"])
 
 
 def test_five_float64_steps_run_two_devices_with_local_batchnorm_where_sync_is_declined():
     engine = DecliningSync()
-    LayerChecks().test_five_float64_steps_of_a_definition_equal_the_truth(engine)
+    LayerChecks().test_five_float64_steps_of_a_definition_equal_the_truth(engine, "readme")
     assert (engine.runs, engine.modes) == ([1, 2], ["local", "local"])
 
 
 def test_five_float64_steps_catch_an_engine_wrong_on_two_devices_only():
     """"pair-local-sync" forgets sync BatchNorm's exchange on exactly two devices, for a user's definition."""
-    OnlyOneDevice().test_five_float64_steps_of_a_definition_equal_the_truth(FakeEngine("pair-local-sync"))
+    OnlyOneDevice().test_five_float64_steps_of_a_definition_equal_the_truth(FakeEngine("pair-local-sync"), "readme")
     with pytest.raises(AssertionError, match=r"on 2 device\(s\) \(sync BatchNorm\) are not the float64 truth"):
-        LayerChecks().test_five_float64_steps_of_a_definition_equal_the_truth(FakeEngine("pair-local-sync"))
+        LayerChecks().test_five_float64_steps_of_a_definition_equal_the_truth(FakeEngine("pair-local-sync"), "readme")
 
 
 def test_five_float64_steps_on_an_engine_with_one_device_run_one():
     engine = Recording(one_device=True)
-    LayerChecks().test_five_float64_steps_of_a_definition_equal_the_truth(engine)
+    LayerChecks().test_five_float64_steps_of_a_definition_equal_the_truth(engine, "readme")
     assert engine.runs == [1]
 
 
 def test_five_float64_steps_skip_without_one_or_two_devices():
     engine = Recording()
     with pytest.raises(pytest.skip.Exception, match=r"none of the device counts \(1, 2\) runs on fake"):
-        NoOneOrTwo().test_five_float64_steps_of_a_definition_equal_the_truth(engine)
+        NoOneOrTwo().test_five_float64_steps_of_a_definition_equal_the_truth(engine, "readme")
     assert engine.runs == []
 
 
