@@ -82,8 +82,19 @@ def exported(torchvision_models, tmp_path_factory):
 CI = {"resnet18", "mobilenet_v2", "efficientnet_b0", "shufflenet_v2_x0_5", "vit"}
 
 
-@pytest.mark.parametrize("engine, name", [pytest.param(e, n, marks=pytest.mark.slow if n in CI else pytest.mark.zoo)
-                                          for n in SIZES for e in ENGINES])
+#: known to fail, each said in the issue that tracks it: JAX gives torch's logits for these but its second training
+#: step is NaN where torch and MXNet train (2026-11-27, Zen 3)
+DIVERGES = {("jax", "efficientnet_b0"), ("jax", "shufflenet_v2_x0_5")}
+
+
+def _marks(engine: str, name: str) -> list:
+    marks = [pytest.mark.slow if name in CI else pytest.mark.zoo]
+    if (engine, name) in DIVERGES:
+        marks.append(pytest.mark.xfail(strict=True, reason="JAX: the second step's loss is NaN (issue 43)"))
+    return marks
+
+
+@pytest.mark.parametrize("engine, name", [pytest.param(e, n, marks=_marks(e, n)) for n in SIZES for e in ENGINES])
 def test_an_imported_classifier_gives_torchs_logits_and_trains_on_two_devices(exported, engine, name, tmp_path):
     x, want, path = exported(name)
     graph = multidev.nn.from_onnx(path)
