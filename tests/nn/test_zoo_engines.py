@@ -90,7 +90,7 @@ DIVERGES = {("jax", "efficientnet_b0"), ("jax", "shufflenet_v2_x0_5")}
 def _marks(engine: str, name: str) -> list:
     marks = [pytest.mark.slow if name in CI else pytest.mark.zoo]
     if (engine, name) in DIVERGES:
-        marks.append(pytest.mark.xfail(strict=True, reason="JAX: the second step's loss is NaN (issue 43)"))
+        marks.append(pytest.mark.xfail(strict=False, reason="JAX: the second step's loss is NaN (issue 43)"))
     return marks
 
 
