@@ -150,8 +150,9 @@ def test_the_bars_clock_runs_while_a_long_first_step_does(capsys):
     data = synthetic(n_train=16, n_test=4, shape=LENET.in_shape)
     train(Engine(), model="lenet", dataset=data, epochs=1, batch_size=8, progress=True)
     frames = [f for f in re.split(r"[\r\n]", capsys.readouterr().err) if f.startswith("epoch 1:   0%")]
-    assert any("first step: compiling, where the engine compiles" in f for f in frames), frames
-    assert {"[00:01<", "[00:02<"} <= {m for f in frames for m in re.findall(r"\[00:0\d<", f)}, frames
+    assert any("first step: compiling" in f for f in frames), frames  # the rest as wide as the terminal
+    # still at 0%, the clock past the first second: it ran during the step (a loaded machine may skip a tick)
+    assert {"[00:01<", "[00:02<"} & {m for f in frames for m in re.findall(r"\[00:0\d<", f)}, frames
 
 
 def test_a_run_plans_its_cpu_devices_before_the_engines_first_other_call():
