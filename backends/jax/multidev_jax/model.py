@@ -84,18 +84,30 @@ def dense(features: int, name: str, compute: Compute, bias: bool = True) -> nn.D
     return nn.Dense(features, use_bias=bias, dtype=compute.dtype, precision=compute.precision, name=name)
 
 
+#: a layer's module under the name it is given (made inside the module that calls it), and its output from it
+Make = Callable[[str], nn.Module]
+Apply = Callable[[nn.Module], jax.Array]
+
+
 class Scope(nn.Module):
     """One dotted part of the canonical names, so that Flax's paths nest as the names do.
 
-    Called once per layer below it, with the rest of the layer's path and
-    ``make``, which creates and applies the layer under the name it is given.
+    Called once per layer below it, with the rest of the layer's path,
+    ``make`` and ``apply``. ``own``: the layer's name is itself a scope (an
+    imported ViT's ``encoder`` is its PositionEmbedding and holds its blocks):
+    where its path ends, its arrays are this scope's own, beside the scopes
+    below (``nn.share_scope``), as the canonical names put them.
     """
 
     @nn.compact
-    def __call__(self, path: tuple[str, ...], make: Callable[[str], jax.Array]) -> jax.Array:
-        if len(path) == 1:
-            return make(path[0])
-        return Scope(name=path[0])(path[1:], make)
+    def __call__(self, path: tuple[str, ...], make: Make, apply: Apply, own: bool = False) -> jax.Array:
+        if not path:
+            module = make(self.name)
+            nn.share_scope(self, module)
+            return apply(module)
+        if len(path) == 1 and not own:
+            return apply(make(path[0]))
+        return Scope(name=path[0])(path[1:], make, apply, own)
 
 
 @dataclass
@@ -106,51 +118,62 @@ class _Pass:
     compute: Compute
     mask: Optional[jax.Array]                  # real rows (training), None in inference
     drops: Optional[Mapping[str, jax.Array]]   # Dropout node -> multipliers, NCHW as the core drew them
+    parents: frozenset[str] = frozenset()      # the names that scope others (``a`` and ``a.b`` of ``a.b.c``)
     scopes: dict[str, Scope] = field(default_factory=dict)
 
-    def scoped(self, name: str, make: Callable[[str], jax.Array]) -> jax.Array:
-        """``make`` under the canonical ``name``: inside its scope modules, each made once per pass."""
+    def scoped(self, name: str, make: Make, apply: Apply) -> jax.Array:
+        """The layer's module under the canonical ``name``, applied: inside its scope modules, each made once per
+        pass."""
         head, *rest = name.split(".")
-        if not rest:
-            return make(head)
+        own = name in self.parents
+        if not rest and not own:
+            return apply(make(head))
         if head not in self.scopes:
             self.scopes[head] = Scope(name=head)
-        return self.scopes[head](tuple(rest), make)
+        return self.scopes[head](tuple(rest), make, apply, own)
 
 
-def _conv(layer: md.Conv2d, x: jax.Array, run: _Pass, name: str) -> jax.Array:
+def _conv(layer: md.Conv2d, x: jax.Array, run: _Pass, name: str) -> nn.Module:
     top, bottom, left, right = layer.sides(chw(x))  # "same" and four sides, as the model language states them
     return conv(layer.out_channels, layer.kernel_size, name, run.compute, layer.stride, ((top, bottom), (left, right)),
-                layer.bias, run.mask is not None, layer.groups, layer.dilation)(x)
+                layer.bias, run.mask is not None, layer.groups, layer.dilation)
 
 
-def _dense(layer: md.Dense, x: jax.Array, run: _Pass, name: str) -> jax.Array:
-    return dense(layer.out_features, name, run.compute, layer.bias)(x)
+def _dense(layer: md.Dense, x: jax.Array, run: _Pass, name: str) -> nn.Module:
+    return dense(layer.out_features, name, run.compute, layer.bias)
 
 
-def _batchnorm(layer: md.BatchNorm, x: jax.Array, run: _Pass, name: str) -> jax.Array:
+def _batchnorm(layer: md.BatchNorm, x: jax.Array, run: _Pass, name: str) -> nn.Module:
+    return BatchNorm(run.compute.channel_sum, run.rows, layer.eps, layer.momentum, name=name)
+
+
+def _channels_last(layer: md.BatchNorm, norm: nn.Module, x: jax.Array, run: _Pass) -> jax.Array:
     """The engine's BatchNorm wants the channels last, as NHWC images and features have them; the channels of other
     ranks (the sample's first axis, tokens' L) go there and back."""
-    turned = x.ndim not in (2, 4)
-    y = BatchNorm(run.compute.channel_sum, run.rows, layer.eps, layer.momentum, name=name)(
-        jnp.moveaxis(x, 1, -1) if turned else x, run.mask)
-    return jnp.moveaxis(y, -1, 1) if turned else y
+    if x.ndim in (2, 4):
+        return norm(x, run.mask)
+    return jnp.moveaxis(norm(jnp.moveaxis(x, 1, -1), run.mask), -1, 1)
 
 
-def _layernorm(layer: md.LayerNorm, x: jax.Array, run: _Pass, name: str) -> jax.Array:
+def _layernorm(layer: md.LayerNorm, x: jax.Array, run: _Pass, name: str) -> nn.Module:
     """Flax's LayerNorm. Over a whole sample, gamma and beta per channel (NHWC's last axis, else the sample's first);
-    over the last ``last`` axes, per value of those, in the canonical order: images go to NCHW and back, so that
-    gamma's (C, H, W) is the core's and not Flax's (H, W, C)."""
+    over the last ``last`` axes, per value of those, in the canonical order (:func:`_canonically`)."""
     norm = partial(nn.LayerNorm, layer.eps, dtype=x.dtype, use_bias=layer.affine, use_scale=layer.affine,
                    use_fast_variance=False, name=name)
     if layer.last is None:
-        return norm(reduction_axes=tuple(range(1, x.ndim)), feature_axes=3 if x.ndim == 4 else 1)(x)
+        return norm(reduction_axes=tuple(range(1, x.ndim)), feature_axes=3 if x.ndim == 4 else 1)
     axes = tuple(range(x.ndim - layer.last, x.ndim))
-    return nhwc(norm(reduction_axes=axes, feature_axes=axes)(nchw(x)))
+    return norm(reduction_axes=axes, feature_axes=axes)
 
 
-def _attention(layer: md.MultiHeadAttention, x: jax.Array, run: _Pass, name: str) -> jax.Array:
-    return MultiHeadAttention(layer.heads, layer.bias, run.compute.dtype, run.compute.precision, name=name)(x)
+def _canonically(layer: md.LayerNorm, norm: nn.Module, x: jax.Array, run: _Pass) -> jax.Array:
+    """LayerNorm over the last axes: images go to NCHW and back, so that gamma's (C, H, W) is the core's and not
+    Flax's (H, W, C)."""
+    return norm(x) if layer.last is None else nhwc(norm(nchw(x)))
+
+
+def _attention(layer: md.MultiHeadAttention, x: jax.Array, run: _Pass, name: str) -> nn.Module:
+    return MultiHeadAttention(layer.heads, layer.bias, run.compute.dtype, run.compute.precision, name=name)
 
 
 #: torch's definitions, jax.nn's own functions (hardsigmoid: relu6(x + 3) / 6)
@@ -174,9 +197,15 @@ def _dropout(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:
 Builder = Callable[[NodeSpec, list[jax.Array], _Pass], jax.Array]
 
 
-def _with_params(make: Callable[..., jax.Array]) -> Builder:
-    """A layer with parameters, made under its canonical name: make(layer, input, pass, leaf module name)."""
-    return lambda node, xs, run: run.scoped(node.name, partial(make, node.layer, xs[0], run))
+def _applied(layer: md.Layer, module: nn.Module, x: jax.Array, run: _Pass) -> jax.Array:
+    return module(x)
+
+
+def _with_params(make: Callable[..., nn.Module], apply: Callable[..., jax.Array] = _applied) -> Builder:
+    """A layer with parameters, its module made under its canonical name: make(layer, input, pass, module name),
+    then its output apply(layer, module, input, pass)."""
+    return lambda node, xs, run: run.scoped(node.name, partial(make, node.layer, xs[0], run),
+                                            partial(apply, node.layer, x=xs[0], run=run))
 
 
 def _elementwise(function: Callable[[jax.Array], jax.Array]) -> Builder:
@@ -213,8 +242,9 @@ def _softmax(layer: md.Softmax, x: jax.Array) -> jax.Array:
 
 
 _BUILDERS: dict[type, Builder] = {
-    md.Conv2d: _with_params(_conv), md.Dense: _with_params(_dense), md.BatchNorm: _with_params(_batchnorm),
-    md.LayerNorm: _with_params(_layernorm), **{kind: _elementwise(f) for kind, f in _ACTIVATIONS.items()},
+    md.Conv2d: _with_params(_conv), md.Dense: _with_params(_dense),
+    md.BatchNorm: _with_params(_batchnorm, _channels_last), md.LayerNorm: _with_params(_layernorm, _canonically),
+    **{kind: _elementwise(f) for kind, f in _ACTIVATIONS.items()},
     md.GELU: _gelu, md.LeakyReLU: _leaky_relu, md.MaxPool2d: _pool, md.AvgPool2d: _pool,
     md.GlobalAvgPool: _global_avg_pool, md.Dropout: _dropout, md.DropPath: _dropout,
     md.Add: lambda node, xs, run: reduce(lambda a, b: a + b, xs),  # left to right, as the reference
@@ -223,8 +253,8 @@ _BUILDERS: dict[type, Builder] = {
     md.Softmax: _of_layer(_softmax), md.Scale: _of_layer(lambda layer, x: x * layer.factor),
     md.Flatten: _elementwise(flatten), md.Reshape: _of_layer(reshape), md.Transpose: _of_layer(transpose),
     md.Slice: _of_layer(sliced),
-    md.ClassToken: _with_params(lambda layer, x, run, name: ClassToken(name=name)(x)),
-    md.PositionEmbedding: _with_params(lambda layer, x, run, name: PositionEmbedding(name=name)(x)),
+    md.ClassToken: _with_params(lambda layer, x, run, name: ClassToken(name=name)),
+    md.PositionEmbedding: _with_params(lambda layer, x, run, name: PositionEmbedding(name=name)),
     md.MultiHeadAttention: _with_params(_attention)}
 
 #: the names (as ``multidev.nn.layers.LAYERS`` has them) of the layers this engine builds
@@ -237,6 +267,12 @@ def _node(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:
     if kind not in _BUILDERS:
         raise MultidevError(f"the JAX engine cannot build {kind.__name__} (node {node.name!r}): upgrade multidev-jax")
     return _BUILDERS[kind](node, xs, run)
+
+
+def _parents(graph: Graph) -> frozenset[str]:
+    """Every name that scopes another node's (``a`` and ``a.b`` of ``a.b.c``)."""
+    return frozenset(".".join(parts[:i]) for parts in (node.name.split(".") for node in graph.nodes)
+                     for i in range(1, len(parts)))
 
 
 class Network(nn.Module):
@@ -255,7 +291,7 @@ class Network(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array, mask: Optional[jax.Array] = None,
                  drops: Optional[Mapping[str, jax.Array]] = None) -> jax.Array:
-        run = _Pass(self.rows, self.compute, mask, drops)
+        run = _Pass(self.rows, self.compute, mask, drops, _parents(self.graph))
         values = {"input": nhwc(x)}  # the one transpose in: NHWC from here on
         for node in self.graph.nodes:
             values[node.name] = _node(node, [values[i] for i in node.inputs], run)

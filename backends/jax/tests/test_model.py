@@ -157,3 +157,29 @@ def test_training_without_the_cores_masks_is_one_line(engine):
         with pytest.raises(MultidevError, match="no Dropout masks") as caught:
             step()
         assert "\n" not in str(caught.value)
+
+
+def scopes() -> nn.Model:
+    """Layers named as the scopes of others, as ONNX imports torchvision's ViT (``encoder`` is its PositionEmbedding
+    and holds its blocks): Flax makes one module per name, so such a layer's arrays sit in its scope's module."""
+    x = nn.Input()
+    t = nn.Transpose((1, 0))(nn.Reshape((4, -1))(nn.Conv2d(4, 2, stride=2)(x)))
+    t = nn.PositionEmbedding(name="encoder")(nn.ClassToken(name="cls")(t))
+    t = nn.Dense(4, name="encoder.layers")(nn.LayerNorm(last=1, name="encoder.ln")(t))
+    t = nn.MultiHeadAttention(2, name="encoder.layers.attn")(nn.Dense(4, name="encoder.layers.fc")(t))
+    return nn.Model(x, nn.Dense(name="head")(nn.Flatten()(t)))
+
+
+def test_layers_named_as_scopes_hold_their_arrays_and_equal_the_truth(engine):
+    spec = ModelSpec("scopes", (2, 6, 6), 3, scopes().graph())
+    rng = np.random.default_rng(3)
+    state = {p.name: rng.normal(0, 0.5, p.shape).astype(np.float32) for p in spec.params()}
+    x, y = rng.normal(0, 1, (5, *spec.in_shape)), rng.integers(0, 3, 5)
+    devices = resolve_devices(devices=2, max_cpu=engine.max_cpu_devices())
+    reps = multidev.replicate(engine, multidev.Setup(spec, devices, "local", "float64"), state)
+    assert all(np.array_equal(reps.state()[name], state[name]) for name in state)
+    sizes = shard_sizes(5, 2)
+    logits = reps.predict(reps.place(multidev.cut(x, None, sizes)))
+    assert max_rel_error(logits, reference.predict(spec, state, x)) < 1e-10
+    got, want = reps.gradients(reps.place(multidev.cut(x, y, sizes))), reference.gradients(spec, state, x, y, sizes)
+    assert max(max_rel_error(got[name], want[name]) for name in want) < 1e-9
