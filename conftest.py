@@ -43,7 +43,8 @@ def pytest_configure(config):
     promises are judged against a float64 truth either way; the slow run (``-m slow``) keeps XLA's default, which
     users get, and trains at its speed. Subprocesses inherit the flag.
     """
-    if _quick(config) and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    measured = os.environ.get("MULTIDEV_TEST_MEASURED", "").strip() == "1"  # .ci/kit-measured: as users' runs
+    if _quick(config) and not measured and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
 
 

@@ -3,5 +3,5 @@ from multidev.testing import Conformance
 
 class TestTorchConformance(Conformance):
     backend = "torch"
-    # The two-device quick start runs through the command line in tests/test_quickstart.py.
-    accuracy_device_counts = (1,)
+    # The README's quick start (torch, two devices): its band here; tests/test_quickstart.py runs its command.
+    accuracy_device_counts = (2,)
