@@ -65,8 +65,9 @@ BIGARRAY_ENV, BIGARRAY_DEFAULT = "MXNET_KVSTORE_BIGARRAY_BOUND", 1_000_000
 ROLE_ENV = "MULTIDEV_MXNET_ROLE"
 #: ps-lite's node groups (ps/base.h), for MXKVStoreGetNumDeadNode
 SCHEDULER, SERVERS, WORKERS = 1, 2, 4
-#: seconds between heartbeats, and without one before a process counts as dead
-HEARTBEAT_SECONDS, DEAD_AFTER = 1, 10
+#: seconds between heartbeats, and without one before a process counts as dead (10 s once ended a healthy job: a
+#: server missed the scheduler's while 2 cores ran two workers and a restart's start-up, 2026-11-27)
+HEARTBEAT_SECONDS, DEAD_AFTER = 1, 20
 #: seconds a worker waits for the scheduler and every other process (JAX's own initialization_timeout)
 JOIN_SECONDS = 300
 
