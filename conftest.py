@@ -23,6 +23,7 @@ apply_threads(None)
 # of each form check its measuring (backends/jax/tests/test_sums.py, test_threads.py, test_parts.py,
 # test_conv_inputs.py; backends/torch/tests/test_cpu_layout.py). MULTIDEV_TEST_MEASURED=1 pins none: the engines
 # then pick what this CPU runs fastest, as users' runs do (.ci/kit-measured).
+MEASURED = os.environ.get("MULTIDEV_TEST_MEASURED", "").strip() == "1"
 _PINS = {
     "MULTIDEV_JAX_SUMS": "matvec",          # BatchNorm's sums
     "MULTIDEV_JAX_THREADS": "cores",        # XLA's threads per step
@@ -30,7 +31,7 @@ _PINS = {
     "MULTIDEV_JAX_CONV_INPUTS": "fused",    # the convolutions' inputs, recomputed where read as XLA fuses them
     "MULTIDEV_TORCH_LAYOUT": "nchw",        # the torch engine's image layout on CPUs
 }
-if os.environ.get("MULTIDEV_TEST_MEASURED", "").strip() != "1":
+if not MEASURED:
     for _name, _form in _PINS.items():
         os.environ.setdefault(_name, _form)
 
@@ -43,12 +44,11 @@ def pytest_configure(config):
     promises are judged against a float64 truth either way; the slow run (``-m slow``) keeps XLA's default, which
     users get, and trains at its speed. Subprocesses inherit the flag.
     """
-    measured = os.environ.get("MULTIDEV_TEST_MEASURED", "").strip() == "1"  # .ci/kit-measured: as users' runs
-    if _quick(config) and not measured and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    if quick(config) and not MEASURED and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
 
 
-def _quick(config) -> bool:
+def quick(config) -> bool:
     """The quick suite: the default marker expression, ``not slow and not zoo`` (pyproject.toml)."""
     return (config.option.markexpr or "").replace(" ", "").startswith("notslow")
 
@@ -62,7 +62,7 @@ def pytest_xdist_auto_num_workers(config):
     time a killed worker's end: they run one at a time.
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(cores, 4) if _quick(config) and cores >= 2 else 0
+    return min(cores, 4) if quick(config) and cores >= 2 else 0
 
 
 # Compiled programs go to a folder of this test run (workers and subprocesses inherit it), not the user's cache.

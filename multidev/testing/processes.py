@@ -206,8 +206,8 @@ class MultiProcessChecks(EngineFixtures):
                         f"`multidev train --backend {engine.name}`")
 
     @pytest.mark.slow
-    # The README network (residual blocks, BatchNorm) with each BatchNorm; ResNet-18's own step is the kit's
-    # single-process cases' (in two processes it took a JAX engine 4 minutes, to take no other code path)
+    # The README network (residual blocks, BatchNorm) with each BatchNorm. ResNet-18 in two processes took a JAX
+    # engine 4 minutes and takes no other code path; the kit's single-process cases check its own steps.
     @pytest.mark.parametrize("model, batchnorm", [("definition", "sync"), ("lenet", "local"),
                                                   ("definition", "local"), ("augmented images", "local"),
                                                   ("vit", "local")])

@@ -87,7 +87,8 @@ BAD = {
     "unknown model": (["--model", "vgg"], "unknown model 'vgg': give resnet18, lenet, mlp, convnet, "
                                           "mobilenet_v2, vit, path/net.py:function, net.onnx or net.json"),
     "missing model file": (["--model", "nowhere/net.py:build"], "model file nowhere/net.py does not exist: give "
-                           "resnet18, lenet, mlp, convnet, mobilenet_v2, vit, path/net.py:function, net.onnx or net.json"),
+                           "resnet18, lenet, mlp, convnet, mobilenet_v2, vit, path/net.py:function, net.onnx or "
+                           "net.json"),
     "unknown data set": (["--dataset", "cifar"], "unknown data set 'cifar' (nor a folder or file here): give digits, "
                                                  "fashion-mnist, cifar-10, synthetic, a .npz file, a folder (README: "
                                                  "Your data), or (in Python) multidev.data.arrays(...)"),

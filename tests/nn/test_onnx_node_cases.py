@@ -47,6 +47,10 @@ MODULES = {"BatchNormalization": ("batch_normalization",), "Cast": ("cast", "cas
            "Identity": ("clip", "identity")}
 
 
+def _modules(op: str) -> tuple[str, ...]:
+    return MODULES.get(op, (op.lower(),))
+
+
 @functools.cache
 def _cases(op: str) -> tuple:
     """ONNX's one-node cases of ``op``, from its generator modules only; numpy's global random state is kept.
@@ -67,7 +71,7 @@ def _cases(op: str) -> tuple:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the generators' own overflow notes (Cast to float8...)
-            for name in MODULES.get(op, (op.lower(),)):
+            for name in _modules(op):
                 name = f"{gen.__name__}.{name}"
                 imported = name in sys.modules
                 module = importlib.import_module(name)
@@ -170,7 +174,7 @@ def test_every_supported_op_is_named():
 def test_onnx_node_cases(tmp_path, op):
     """Each of the op's cases (bar WRONG's) imports and gives ONNX's numbers, or is refused in one line."""
     cases = _cases(op)
-    assert cases, f"onnx has no one-node {op} case in the modules {MODULES.get(op, (op.lower(),))}"
+    assert cases, f"onnx has no one-node {op} case in the modules {_modules(op)}"
     wrong = {name for name, (of, _) in WRONG.items() if of == op}
     assert wrong <= {c.name for c in cases}, f"WRONG names cases onnx no longer has: {wrong}"
     results = {c.name: _check(c, tmp_path / f"{c.name}.onnx") for c in cases if c.name not in wrong}

@@ -88,11 +88,10 @@ DIVERGES = {("jax", "efficientnet_b0"), ("jax", "shufflenet_v2_x0_5")}
 
 
 def _marks(engine: str, name: str) -> list:
-    # a known divergence runs with -m zoo: CI's time (86 s for EfficientNet-B0) would show only what is known
-    marks = [pytest.mark.slow if name in CI and (engine, name) not in DIVERGES else pytest.mark.zoo]
-    if (engine, name) in DIVERGES:
-        marks.append(pytest.mark.xfail(strict=False, reason="JAX: the second step's loss is NaN (issue 43)"))
-    return marks
+    if (engine, name) in DIVERGES:  # with -m zoo: CI's time (86 s for EfficientNet-B0) would show only what is known
+        return [pytest.mark.zoo,
+                pytest.mark.xfail(strict=False, reason="JAX: the second step's loss is NaN (issue 43)")]
+    return [pytest.mark.slow if name in CI else pytest.mark.zoo]
 
 
 @pytest.mark.parametrize("engine, name", [pytest.param(e, n, marks=_marks(e, n)) for n in SIZES for e in ENGINES])
