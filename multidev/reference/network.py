@@ -145,6 +145,23 @@ class MultiHeadAttention(Node):
         return [dx]
 
 
+class WindowAttention(Node):
+    """:class:`MultiHeadAttention`'s parameters and ``table``, the relative position bias."""
+
+    def one(self, run, d, xs):
+        p, name, lay = run.params[d], self.name, self.layer
+        return tokens.window_attention(xs[0], p[f"{name}.in_weight"], p[f"{name}.in_bias"] if lay.bias else None,
+                                       p[f"{name}.out_weight"], p[f"{name}.out_bias"] if lay.bias else None,
+                                       p[f"{name}.table"], lay.heads, lay.window, lay.shift)
+
+    def back(self, g, dy, cache):
+        dx, din_w, din_b, dout_w, dout_b, g[f"{self.name}.table"] = tokens.window_attention_backward(dy, cache)
+        g[f"{self.name}.in_weight"], g[f"{self.name}.out_weight"] = din_w, dout_w
+        if self.layer.bias:
+            g[f"{self.name}.in_bias"], g[f"{self.name}.out_bias"] = din_b, dout_b
+        return [dx]
+
+
 class Dropout(Node):
     """Inverted dropout with the core's multipliers; the identity in inference.
 
@@ -242,7 +259,8 @@ _JOINS: dict[type, Callable[[nn.Layer], tuple[Callable, Callable]]] = {
 
 _NODES: dict[type, type[Node]] = {nn.Conv2d: Conv, nn.Dense: Dense, nn.LayerNorm: LayerNorm, nn.Dropout: Dropout,
                                   nn.DropPath: Dropout, nn.ClassToken: ClassToken,
-                                  nn.PositionEmbedding: PositionEmbedding, nn.MultiHeadAttention: MultiHeadAttention}
+                                  nn.PositionEmbedding: PositionEmbedding, nn.MultiHeadAttention: MultiHeadAttention,
+                                  nn.WindowAttention: WindowAttention}
 
 
 class _BatchNorm(Node):

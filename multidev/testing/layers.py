@@ -123,6 +123,11 @@ def _attention_scores() -> nn.Model:
     return nn.Model(x, nn.Dense()(nn.Flatten()(nn.MatMul()(scores, v))))
 
 
+def _grid(*layers: nn.Layer) -> Callable[[], nn.Sequential]:
+    """Images (2, 6, 6) to a grid of tokens (6, 6, 4), as Swin's patches, then ``layers`` and a Dense head."""
+    return lambda: nn.Sequential(nn.Conv2d(4, 1), nn.Transpose((1, 2, 0)), *layers, nn.Flatten(), nn.Dense())
+
+
 #: the layers of token sequences (L, D): a transformer's vocabulary
 TOKEN_CASES = {
     "Reshape-Transpose": (_tokens(), IMAGES),
@@ -136,12 +141,16 @@ TOKEN_CASES = {
     "ClassToken-PositionEmbedding": (_tokens(nn.ClassToken(), nn.PositionEmbedding()), IMAGES),
     "MultiHeadAttention": (_tokens(nn.MultiHeadAttention(2)), IMAGES),
     "MultiHeadAttention-no-bias": (_tokens(nn.MultiHeadAttention(4, bias=False)), IMAGES),
+    # 6x6 padded to 8x8, rolled by 2 and masked; 7x7 windows cover the padded grid: no roll
+    "WindowAttention-shifted": (_grid(nn.WindowAttention(2, window=4, shift=2)), IMAGES),
+    "WindowAttention-one-window": (_grid(nn.WindowAttention(1, window=7, shift=3, bias=False)), IMAGES),
     "DropPath": (_tokens(nn.Residual(nn.Dense(4), nn.DropPath(0.5))), IMAGES),
     "vit": (lambda: nn.vit(patch=2, dim=8, depth=1, heads=2, mlp=16, drop_path=0.0), IMAGES),
 }
 
 #: the token cases the quick suite runs: attention written out and whole, and the ViT
-QUICK_TOKEN_CASES = ("LayerNorm-last", "MatMul-attention-written-out", "MultiHeadAttention", "DropPath", "vit")
+QUICK_TOKEN_CASES = ("LayerNorm-last", "MatMul-attention-written-out", "MultiHeadAttention", "WindowAttention-shifted",
+                     "DropPath", "vit")
 #: the cases the quick suite runs (the rest run with -m slow): each engine path once
 QUICK_LAYER_CASES = ("Conv2d", "Conv2d-stride-2-no-bias", "Dense", "BatchNorm-images", "BatchNorm-features",
                      "LayerNorm-images", "ReLU", "GELU", "MaxPool2d-3-stride-2", "AvgPool2d", "GlobalAvgPool",

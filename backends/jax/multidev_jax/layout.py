@@ -19,7 +19,7 @@ import numpy as np
 from flax.traverse_util import flatten_dict, unflatten_dict
 
 from multidev.engine import ModelSpec, Param, State
-from multidev.nn.layers import LayerNorm, MultiHeadAttention
+from multidev.nn.layers import LayerNorm, MultiHeadAttention, WindowAttention
 
 Variables = dict[str, Any]  # {"params": nested dict, "batch_stats": nested dict}
 
@@ -28,7 +28,7 @@ _FROM_FLAX = {"conv": (3, 2, 0, 1), "dense": (1, 0)}
 #: Flax's leaf names where a layer of Flax's own names its parameters otherwise
 _LEAVES: dict[type, dict[str, str]] = {LayerNorm: {"gamma": "scale", "beta": "bias"}}
 #: layers whose modules hold their dense weights as the core does (tokens.py), not as Flax's kernels
-_AS_THE_CORE: frozenset[type] = frozenset({MultiHeadAttention})
+_AS_THE_CORE: frozenset[type] = frozenset({MultiHeadAttention, WindowAttention})
 
 
 def collection(param: Param) -> str:

@@ -33,7 +33,7 @@ from .conv import conv_general_dilated, conv_general_dilated_once
 from .forms.sums import matvec
 from .pools import Pads, chw, pool
 from .shapes import engine_axis, flatten, matmul, nchw, nhwc, product, reshape, sliced, transpose
-from .tokens import ClassToken, MultiHeadAttention, PositionEmbedding
+from .tokens import ClassToken, MultiHeadAttention, PositionEmbedding, WindowAttention
 
 #: Full float32 everywhere: the engines promise the same answers, and TF32 on GPUs would break the 1e-3 tolerance.
 PRECISION = lax.Precision.HIGHEST
@@ -176,6 +176,16 @@ def _attention(layer: md.MultiHeadAttention, x: jax.Array, run: _Pass, name: str
     return MultiHeadAttention(layer.heads, layer.bias, run.compute.dtype, run.compute.precision, name=name)
 
 
+def _window_attention(layer: md.WindowAttention, x: jax.Array, run: _Pass, name: str) -> nn.Module:
+    return WindowAttention(layer.heads, layer.bias, run.compute.dtype, run.compute.precision, layer.window,
+                           layer.shift, name=name)
+
+
+def _on_grid(layer: md.WindowAttention, module: nn.Module, x: jax.Array, run: _Pass) -> jax.Array:
+    """A grid of tokens (H, W, C) is a rank-3 sample, held as images are: brought to its canonical order."""
+    return nhwc(module(nchw(x)))
+
+
 #: torch's definitions, jax.nn's own functions (hardsigmoid: relu6(x + 3) / 6)
 _ACTIVATIONS: dict[type, Callable[[jax.Array], jax.Array]] = {
     md.ReLU: jax.nn.relu, md.Tanh: jnp.tanh, md.Sigmoid: jax.nn.sigmoid, md.ReLU6: jax.nn.relu6, md.SiLU: jax.nn.silu,
@@ -255,7 +265,7 @@ _BUILDERS: dict[type, Builder] = {
     md.Slice: _of_layer(sliced),
     md.ClassToken: _with_params(lambda layer, x, run, name: ClassToken(name=name)),
     md.PositionEmbedding: _with_params(lambda layer, x, run, name: PositionEmbedding(name=name)),
-    md.MultiHeadAttention: _with_params(_attention)}
+    md.MultiHeadAttention: _with_params(_attention), md.WindowAttention: _with_params(_window_attention, _on_grid)}
 
 #: the names (as ``multidev.nn.layers.LAYERS`` has them) of the layers this engine builds
 BUILT = frozenset(kind.__name__ for kind in _BUILDERS)

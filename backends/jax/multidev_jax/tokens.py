@@ -22,6 +22,8 @@ import jax.numpy as jnp
 from flax.linen.dtypes import promote_dtype
 from jax import lax
 
+from multidev.nn import swin
+
 #: the state loads every array from the core's (layout.to_flax): a module never initialises its own
 _LOADED = nn.initializers.zeros_init()
 
@@ -77,3 +79,35 @@ class MultiHeadAttention(nn.Module):
         scores = jnp.einsum("nqhd,nkhd->nhqk", q, k, precision=self.precision)
         mixed = jnp.einsum("nhqk,nkhd->nqhd", jax.nn.softmax(scores, axis=-1), v, precision=self.precision)
         return _linear(mixed.reshape(n, length, d), out_weight, out_bias, self.precision)
+
+
+class WindowAttention(MultiHeadAttention):
+    """Swin's attention within shifted windows of (n, H, W, C) (``multidev.nn.swin``): pad, roll and windows as
+    reshapes, the attention above within each window, the relative position bias and then the shift's mask
+    added to the scores, as torchvision adds them."""
+
+    window: int = 7
+    shift: int = 0
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        n, h, w, c = x.shape
+        k, heads, p = self.window, self.heads, swin.plan(h, w, self.window, self.shift)
+        table = self.param("table", _LOADED, (swin.table_size(k), heads))
+        x, in_weight, in_bias, out_weight, out_bias, table = promote_dtype(x, *self._weights(c), table,
+                                                                           dtype=self.dtype)
+        grid = jnp.roll(jnp.pad(x, ((0, 0), (0, p.pad_bottom), (0, p.pad_right), (0, 0))),
+                        (-p.shift_rows, -p.shift_cols), (1, 2))
+        parts = grid.reshape(n, p.rows // k, k, p.cols // k, k, c).transpose(0, 1, 3, 2, 4, 5)
+        parts = parts.reshape(n, -1, k * k, c)
+        q, key, v = (t.reshape(*parts.shape[:3], heads, c // heads)
+                     for t in jnp.split(_linear(parts, in_weight, in_bias, self.precision), 3, axis=-1))
+        q = q * jnp.asarray(math.sqrt(1.0 / (c // heads)), q.dtype)
+        scores = jnp.einsum("nwqhd,nwkhd->nwhqk", q, key, precision=self.precision)
+        scores = scores + table[swin.relative_index(k)].transpose(2, 0, 1)
+        if p.shifted:
+            scores = scores + jnp.asarray(swin.mask(p, k)[:, None], scores.dtype)
+        mixed = jnp.einsum("nwhqk,nwkhd->nwqhd", jax.nn.softmax(scores, axis=-1), v, precision=self.precision)
+        y = _linear(mixed.reshape(parts.shape), out_weight, out_bias, self.precision)
+        y = y.reshape(n, p.rows // k, p.cols // k, k, k, c).transpose(0, 1, 3, 2, 4, 5).reshape(n, p.rows, p.cols, c)
+        return jnp.roll(y, (p.shift_rows, p.shift_cols), (1, 2))[:, :h, :w]

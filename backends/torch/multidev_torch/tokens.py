@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from multidev.nn import layers as L
+from multidev.nn import swin
 
 Shape = tuple[int, ...]
 
@@ -69,6 +70,36 @@ class MultiHeadAttention(nn.Module):
         return F.linear(heads.transpose(1, 2).reshape(n, length, d), self.out_weight, self.out_bias)
 
 
+class WindowAttention(MultiHeadAttention):
+    """Swin's attention within shifted windows of (n, H, W, C): pad, roll and windows as tensor views, the
+    relative position bias (and the shift's mask) as the additive mask of ``F.scaled_dot_product_attention``."""
+
+    def __init__(self, layer: L.WindowAttention, shape: Shape) -> None:
+        super().__init__(L.MultiHeadAttention(layer.heads, layer.bias), shape)
+        self.window, self.shift = layer.window, layer.shift
+        self.table = nn.Parameter(torch.zeros(swin.table_size(layer.window), layer.heads))
+        self.register_buffer("index", torch.from_numpy(swin.relative_index(layer.window)), persistent=False)
+        h, w, _ = shape
+        self.plan = swin.plan(h, w, layer.window, layer.shift)
+        masked = swin.mask(self.plan, layer.window)[:, None] if self.plan.shifted else None
+        self.register_buffer("mask", None if masked is None else torch.from_numpy(masked), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, h, w, c = x.shape
+        p, k = self.plan, self.window
+        grid = torch.roll(F.pad(x, (0, 0, 0, p.pad_right, 0, p.pad_bottom)), (-p.shift_rows, -p.shift_cols), (1, 2))
+        parts = grid.view(n, p.rows // k, k, p.cols // k, k, c).permute(0, 1, 3, 2, 4, 5).reshape(n, -1, k * k, c)
+        qkv = F.linear(parts, self.in_weight, self.in_bias).view(n, parts.shape[1], k * k, 3, self.heads, -1)
+        q, k_, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)  # each (n, windows, heads, window^2, d / heads)
+        bias = self.table[self.index].permute(2, 0, 1).to(x.dtype)
+        if self.mask is not None:  # (windows, 1, N, N): the bias first, then the mask, as torchvision adds them
+            bias = bias + self.mask.to(x.dtype)
+        mixed = F.scaled_dot_product_attention(q, k_, v, attn_mask=bias)
+        y = F.linear(mixed.transpose(2, 3).reshape(n, -1, k * k, c), self.out_weight, self.out_bias)
+        y = y.view(n, p.rows // k, p.cols // k, k, k, c).permute(0, 1, 3, 2, 4, 5).reshape(n, p.rows, p.cols, c)
+        return torch.roll(y, (p.shift_rows, p.shift_cols), (1, 2))[:, :h, :w]
+
+
 def module(layer: L.Layer, shape: Shape) -> Optional[nn.Module]:
     """The module of a token layer (``shape``: its input's sample); None for any other layer."""
     if isinstance(layer, L.ClassToken):
@@ -77,4 +108,6 @@ def module(layer: L.Layer, shape: Shape) -> Optional[nn.Module]:
         return PositionEmbedding(shape)
     if isinstance(layer, L.MultiHeadAttention):
         return MultiHeadAttention(layer, shape)
+    if isinstance(layer, L.WindowAttention):
+        return WindowAttention(layer, shape)
     return None

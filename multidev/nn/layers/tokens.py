@@ -1,4 +1,5 @@
-"""Layers of token sequences (L, D): a Vision Transformer's class token, position embedding and attention.
+"""Layers of token sequences (L, D): a Vision Transformer's class token, position embedding and attention, and
+Swin's attention within shifted windows of a grid of tokens (H, W, C).
 
 Their weights follow torch's layout, so a ViT trained here loads into torch's
 modules by name and shape: the attention's ``in_weight`` stacks the query,
@@ -77,3 +78,43 @@ class MultiHeadAttention(Layer):
         d = shapes[0][-1]
         out = [("in_weight", (3 * d, d), "dense")] + ([("in_bias", (3 * d,), "bias")] if self.bias else [])
         return out + [("out_weight", (d, d), "dense")] + ([("out_bias", (d,), "bias")] if self.bias else [])
+
+
+@dataclass(frozen=True)
+class WindowAttention(Layer):
+    """Swin's self-attention within windows of ``window`` x ``window`` tokens of a grid (H, W, C), the windows
+    rolled by ``shift`` (``multidev.nn.swin`` states the padding, roll and mask).
+
+    Within a window, as :class:`MultiHeadAttention` (its weights and names),
+    plus a learned ``table`` ((2 window - 1)^2, heads): the bias of each head
+    for each relative offset of a query and a key; torchvision's
+    ``ShiftedWindowAttention`` without dropout.
+    """
+
+    kind: ClassVar[str] = "wattn"
+    heads: int
+    window: int
+    shift: int = 0
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        whole(self.heads, "WindowAttention's heads")
+        whole(self.window, "WindowAttention's window")
+        if isinstance(self.shift, bool) or not isinstance(self.shift, int) or not 0 <= self.shift < self.window:
+            raise MultidevError(f"WindowAttention's shift must be a whole number from 0 to window - 1 "
+                                f"({self.window - 1}), got {self.shift!r}")
+
+    def infer(self, node: str, shapes: list[Shape]) -> Shape:
+        if len(shapes[0]) != 3:
+            raise MultidevError(f"{self.where(node)} needs a grid of tokens (H, W, C) but gets {shapes[0]}: "
+                                f"Transpose images (C, H, W) to (H, W, C) first")
+        if shapes[0][-1] % self.heads:
+            raise MultidevError(f"{self.where(node)} splits {shapes[0][-1]} features into {self.heads} heads: "
+                                f"make the features a multiple of the heads")
+        return shapes[0]
+
+    def params(self, shapes: list[Shape]) -> list[tuple[str, Shape, str]]:
+        d = shapes[0][-1]
+        out = [("in_weight", (3 * d, d), "dense")] + ([("in_bias", (3 * d,), "bias")] if self.bias else [])
+        out += [("out_weight", (d, d), "dense")] + ([("out_bias", (d,), "bias")] if self.bias else [])
+        return out + [("table", ((2 * self.window - 1) ** 2, self.heads), "position")]
