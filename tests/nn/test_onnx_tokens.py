@@ -229,13 +229,22 @@ def _refused(tmp_path, case):
     ("softmax", "ONNX node 'sm' (op Softmax) normalises axes 1 to 2 together (Softmax below opset 13)"),
     ("matmul", "ONNX node 'mm' (op MatMul) multiplies two computed values of rank 2 and 2: multidev.nn's MatMul "
                "multiplies each sample's matrices"),
-    ("pad", "ONNX node 'pad' (op Pad) is not supported by multidev.nn: it has no layer that pads a value alone"),
+    ("pad", "ONNX node 'pad' (op Pad) pads by [0, 1, 0, 1]: multidev.nn pads only inside Conv2d, the pools and "
+            "WindowAttention (give the padding to the Conv or pool after it)"),
 ])
 def test_what_moves_the_batch_or_no_layer_does_is_one_line(tmp_path, case, message):
     path = _refused(tmp_path, case)
     with pytest.raises(MultidevError, match="^" + re.escape(message)) as err:
         from_onnx(path)
     assert "\n" not in str(err.value)
+
+
+def test_a_pad_that_adds_nothing_reads_as_nothing(tmp_path):
+    """torch's Swin pads its patch merging to even sizes: by 0 where they are."""
+    nodes = [helper.make_node("Pad", ["input", "p"], ["padded"], name="pad"),
+             helper.make_node("Flatten", ["padded"], ["y"], name="f")]
+    graph = from_onnx(_write(tmp_path, nodes, [_ints("p", [0, 0, 0, 0])], in_dims=(4, 6)))
+    assert [n.layer for n in graph.nodes] == [nn.Flatten()]
 
 
 def test_a_fixed_batch_size_in_a_shape_is_the_batch(tmp_path):

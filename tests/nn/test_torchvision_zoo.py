@@ -19,7 +19,7 @@ import pytest
 
 import multidev
 from multidev import MultidevError, reference
-from multidev.nn.onnx import SUPPORTED, from_onnx
+from multidev.nn.onnx import from_onnx
 
 pytest.importorskip("onnx", reason="the onnx package is not installed (pip install 'multidev[onnx]')")
 
@@ -34,13 +34,14 @@ READ = {"resnet18": (32, {"Add": 8}), "squeezenet1_0": (32, {"Concat": 8, "MaxPo
         "regnet_y_400mf": (32, {"Sigmoid": 16, "Mul": 16}),
         "vit": (32, {"MultiHeadAttention": 2, "ClassToken": 1, "PositionEmbedding": 1, "Slice": 1}),
         "shufflenet_v2_x0_5": (32, {"Reshape": 32, "Transpose": 16, "Slice": 26}),
-        "convnext_tiny": (32, {"LayerNorm": 23, "Transpose": 46, "Conv2d": 40, "GELU": 18})}
-#: name -> (input size, the one line from_onnx refuses it with): Swin's shifted windows pad (N, H, W, C) tokens,
-#: fold the windows into the batch axis and add a learned table gathered by constant indices to the attention
+        "convnext_tiny": (32, {"LayerNorm": 23, "Transpose": 46, "Conv2d": 40, "GELU": 18}),
+        "swin_t": (32, {"WindowAttention": 12, "LayerNorm": 29, "GELU": 12})}
+#: name -> (input size, the one line from_onnx refuses it with): Swin V2's attention biases come from an MLP of a
+#: constant table of coordinates, which no layer of the model language computes
 REFUSED = {
-    "swin_t": (32, "ONNX node '/features/features.1/features.1.0/attn/Pad' (op Pad) is not supported by "
-                   "multidev.nn: it has no layer that pads a value alone (Conv2d and the pools pad the images they "
-                   f"read: give the padding to the Conv or pool after it); supported ops are {SUPPORTED}"),
+    "swin_v2_t": (32, "ONNX node '/features/features.1/features.1.0/attn/cpb_mlp/cpb_mlp.0/MatMul' (op MatMul) "
+                      "takes the constant 'features.1.0.attn.relative_coords_table' as input 0: multidev.nn's layers "
+                      "take computed values"),
 }
 
 

@@ -36,9 +36,7 @@ MULTI: set[str] = set()  # ops whose reader gives every output (Split), not only
 WRITERS: dict[type, WriteFn] = {}
 NOTES: dict[str, str] = {}  # op -> what SUPPORTED says of it beside its name
 #: ops read by no reader, with why: what the error says before it lists the supported ops
-WHY_NOT = {"Pad": "it has no layer that pads a value alone (Conv2d and the pools pad the images they read: give the "
-                  "padding to the Conv or pool after it)",
-           "Where": "it has no layer that picks between computed values",
+WHY_NOT = {"Where": "it has no layer that picks between computed values",
            "ScatterND": "it has no layer that writes into part of a value"}
 PATTERNS: list[Callable[..., None]] = []  # run before the pass: several nodes that make one layer
 FIRST: dict[str, list[Callable[..., bool]]] = {}  # op -> finders of a layer that starts at such a node

@@ -14,13 +14,14 @@ from multidev.errors import MultidevError, first_line
 from multidev.nn.graph import Graph, Normalization
 from multidev.nn.layers import Shape
 from multidev.nn.onnx import (ops_activations, ops_attention, ops_linear, ops_norms, ops_shapes, ops_slices,
-                              ops_tokens, ops_windows)
+                              ops_swin, ops_tokens, ops_windows)
 from multidev.nn.onnx.base import DEFAULT_OPSET, MIN_WRITE_OPSET, WRITERS, onnx_module
 from multidev.nn.onnx.writer import Writer
 from multidev.outputs.files import atomic_write
 
 #: the modules whose writers the registry holds once they are imported
-OP_MODULES = (ops_activations, ops_attention, ops_linear, ops_norms, ops_shapes, ops_slices, ops_tokens, ops_windows)
+OP_MODULES = (ops_activations, ops_attention, ops_linear, ops_norms, ops_shapes, ops_slices, ops_swin, ops_tokens,
+              ops_windows)
 
 
 def _normalized(w: Writer, normalization: Normalization, rank: int) -> str:

@@ -18,14 +18,14 @@ from multidev.nn import windows as W
 from multidev.nn.graph import Graph, NodeSpec, Normalization
 from multidev.nn.layers import Shape
 from multidev.nn.onnx import (ops_activations, ops_attention, ops_linear, ops_norms, ops_shapes, ops_slices,
-                              ops_tokens, ops_windows, patterns)
+                              ops_swin, ops_tokens, ops_windows, patterns)
 from multidev.nn.onnx.base import FLOATS, MIN_OPSET, Ref, bad, kind, onnx_module, rank
 from multidev.nn.onnx.naming import names
 from multidev.nn.onnx.reader import Emitted, Reader
 
 #: the modules whose readers and patterns the registry holds once they are imported
-OP_MODULES = (ops_activations, ops_attention, ops_linear, ops_norms, ops_shapes, ops_slices, ops_tokens, ops_windows,
-              patterns)
+OP_MODULES = (ops_activations, ops_attention, ops_linear, ops_norms, ops_shapes, ops_slices, ops_swin, ops_tokens,
+              ops_windows, patterns)
 
 
 def _load(path: Path):

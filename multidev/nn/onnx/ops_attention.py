@@ -149,8 +149,9 @@ def _closed(r: Reader, found: _Found, nodes: list[int], end: str) -> bool:
     return sum(r.graph.node[i].op_type == "Softmax" for i in nodes) == 1
 
 
-def _run(r: Reader, found: _Found, nodes: list[int], end: str, x: np.ndarray) -> Optional[np.ndarray]:
-    """The nodes' value of ``end`` for tokens ``x``, by onnx's reference evaluator; None where it fails."""
+def evaluate(r: Reader, source: str, nodes: list[int], end: str, x: np.ndarray) -> Optional[np.ndarray]:
+    """The nodes' value of ``end`` for ``x`` as ONNX value ``source``, by onnx's reference evaluator (the other
+    values they read are the reader's constants); None where it fails."""
     from onnx.reference import ReferenceEvaluator
 
     h, graph = r.onnx.helper, r.graph
@@ -158,12 +159,12 @@ def _run(r: Reader, found: _Found, nodes: list[int], end: str, x: np.ndarray) ->
     inits = [r.onnx.numpy_helper.from_array(np.asarray(r.consts[v]), v) for v in sorted(used)]
     f32 = r.onnx.TensorProto.FLOAT
     model = h.make_model(h.make_graph([graph.node[i] for i in nodes], "attention",
-                                      [h.make_tensor_value_info(found.x, f32, list(x.shape))],
+                                      [h.make_tensor_value_info(source, f32, list(x.shape))],
                                       [h.make_tensor_value_info(end, f32, None)], inits),
                          opset_imports=[h.make_opsetid("", r.opset)])
     try:
-        return np.asarray(ReferenceEvaluator(model).run(None, {found.x: x})[0])
-    except Exception:  # noqa: BLE001 - nodes the evaluator cannot run are simply not an attention
+        return np.asarray(ReferenceEvaluator(model).run(None, {source: x})[0])
+    except Exception:  # noqa: BLE001 - nodes the evaluator cannot run are simply not the layer sought
         return None
 
 
@@ -216,7 +217,7 @@ def attention(r: Reader, node) -> bool:
     for k in range(len(found.ends)):
         nodes = sorted(found.nodes | set(found.ends[:k + 1]))
         end = r.graph.node[found.ends[k]].output[0]
-        y = _run(r, found, nodes, end, x) if _closed(r, found, nodes, end) else None
+        y = evaluate(r, found.x, nodes, end, x) if _closed(r, found, nodes, end) else None
         heads = _heads(found, tokens, y) if y is not None else None
         if heads is not None:
             _emit(r, node, found, heads, end)
