@@ -4,7 +4,7 @@ Why: these are the networks users bring; each one within reach of the model
 language must import and give torch's logits (float64 on both sides, within
 1e-6 of the largest logit), and each one beyond it must say in one line
 which node it cannot read. Built with ``weights=None, num_classes=10``,
-random BatchNorm statistics and LayerNorm scales, ConvNeXt's layer scales
+no parameter 0, random BatchNorm statistics and LayerNorm scales, ConvNeXt's layer scales
 near 1 (not 1e-6, which would hide its blocks) and a ViT head that is not
 zero; inputs of 32x32 (the smallest at which every stage of the
 32x-downsampling networks still sees a pixel of its own), and 224 for
@@ -66,6 +66,8 @@ def _model(models, name: str):
                 m.weight.uniform_(0.5, 1.5)
                 m.bias.normal_(0, 0.1)
         for key, p in model.named_parameters():
+            if p.ndim and not p.any():  # no array 0 (biases start so): one read as missing would go unseen
+                p.normal_(0, 0.02)
             if key.endswith("layer_scale"):
                 p.uniform_(0.5, 1.5)
             elif key.startswith("heads.") or key == "class_token":

@@ -91,7 +91,8 @@ def _weights(r: Reader, nodes: list[int], scope: str, dim: int) -> Optional[dict
 
     for i in nodes:
         node = r.graph.node[i]
-        a = r.consts.get(node.input[-1]) if len(node.input) == 2 else None
+        known = [v for v in node.input if v in r.consts] if len(node.input) == 2 else []
+        a = r.consts[known[0]] if len(known) == 1 and (node.op_type == "Add" or known[0] == node.input[1]) else None
         if a is None or a.dtype.kind != "f":
             continue
         role = {("MatMul", (dim, 3 * dim)): "in_weight", ("MatMul", (dim, dim)): "out_weight",
