@@ -237,8 +237,9 @@ class Graph:
         shapes = graph.shapes(in_shape)
         out = shapes[graph.nodes[-1].name]
         if num_classes is not None and out != (num_classes,):
-            raise MultidevError(f"the model ends in {out} values per sample, the data has {num_classes} classes: "
-                                f"end it with Dense({num_classes}), or Dense() to take the data's count")
+            do = (f"end it with Dense({num_classes}), or Dense() to take the data's count" if len(out) == 1 else
+                  "put Flatten or GlobalAvgPool before its last Dense, which works on the last axis alone")
+            raise MultidevError(f"the model ends in {out} values per sample, the data has {num_classes} classes: {do}")
         return [Param(f"{n.name}.{p}", shape, role) for n in graph.nodes
                 for p, shape, role in n.layer.params([shapes[i] for i in n.inputs])]
 

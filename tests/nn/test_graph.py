@@ -74,7 +74,8 @@ def test_a_definition_is_data_and_reads_back_without_code():
 @pytest.mark.parametrize("net, shape, line", [
     (nn.Sequential(nn.Conv2d(8, 9)), (1, 8, 8), r"Conv2d 'conv1': its 9x9 window is larger than its 8x8 input"),
     (nn.Sequential(nn.Conv2d(8, 3), nn.Dense(10)), (1, 8, 8),
-     r"Dense 'fc1' gets images \(8, 6, 6\): put Flatten or GlobalAvgPool before it"),
+     r"the model ends in \(8, 6, 10\) values per sample, the data has 10 classes: put Flatten or GlobalAvgPool "
+     r"before its last Dense, which works on the last axis alone"),
     (nn.Sequential(nn.Residual(nn.Conv2d(8, 3, padding=1), name="block")), (1, 8, 8),
      r"Add 'block.add' adds inputs of other shapes: \(8, 8, 8\) and \(1, 8, 8\)"),
     (nn.Sequential(nn.Flatten(), nn.MaxPool2d(2)), (1, 8, 8),

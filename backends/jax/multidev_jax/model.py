@@ -181,8 +181,9 @@ def _window_attention(layer: md.WindowAttention, x: jax.Array, run: _Pass, name:
                            layer.shift, name=name)
 
 
-def _on_grid(layer: md.WindowAttention, module: nn.Module, x: jax.Array, run: _Pass) -> jax.Array:
-    """A grid of tokens (H, W, C) is a rank-3 sample, held as images are: brought to its canonical order."""
+def _on_last_axis(layer: md.Layer, module: nn.Module, x: jax.Array, run: _Pass) -> jax.Array:
+    """A layer of the canonical last axis: a rank-3 sample, held as images are (an image's C last, a grid of tokens'
+    (H, W, C) W last), goes to its canonical order and back; XLA folds the transposes into the product."""
     return nhwc(module(nchw(x)))
 
 
@@ -252,7 +253,7 @@ def _softmax(layer: md.Softmax, x: jax.Array) -> jax.Array:
 
 
 _BUILDERS: dict[type, Builder] = {
-    md.Conv2d: _with_params(_conv), md.Dense: _with_params(_dense),
+    md.Conv2d: _with_params(_conv), md.Dense: _with_params(_dense, _on_last_axis),
     md.BatchNorm: _with_params(_batchnorm, _channels_last), md.LayerNorm: _with_params(_layernorm, _canonically),
     **{kind: _elementwise(f) for kind, f in _ACTIVATIONS.items()},
     md.GELU: _gelu, md.LeakyReLU: _leaky_relu, md.MaxPool2d: _pool, md.AvgPool2d: _pool,
@@ -265,7 +266,8 @@ _BUILDERS: dict[type, Builder] = {
     md.Slice: _of_layer(sliced),
     md.ClassToken: _with_params(lambda layer, x, run, name: ClassToken(name=name)),
     md.PositionEmbedding: _with_params(lambda layer, x, run, name: PositionEmbedding(name=name)),
-    md.MultiHeadAttention: _with_params(_attention), md.WindowAttention: _with_params(_window_attention, _on_grid)}
+    md.MultiHeadAttention: _with_params(_attention),
+    md.WindowAttention: _with_params(_window_attention, _on_last_axis)}
 
 #: the names (as ``multidev.nn.layers.LAYERS`` has them) of the layers this engine builds
 BUILT = frozenset(kind.__name__ for kind in _BUILDERS)

@@ -11,8 +11,8 @@ from multidev.nn.layers.base import Layer, Shape, whole
 
 @dataclass(frozen=True)
 class Dense(Layer):
-    """A matrix product with the last axis of any rank (features (F,), tokens (L, D)); ``out_features`` None: as
-    many as the data has classes (the zoo's last layer)."""
+    """A matrix product with the last axis of any rank (features (F,), tokens (L, D), a grid of tokens (H, W, C));
+    ``out_features`` None: as many as the data has classes (the zoo's last layer)."""
 
     kind: ClassVar[str] = "fc"
     out_features: Optional[int] = None
@@ -23,9 +23,6 @@ class Dense(Layer):
             whole(self.out_features, "Dense's out_features")
 
     def infer(self, node: str, shapes: list[Shape]) -> Shape:
-        if len(shapes[0]) == 3:
-            raise MultidevError(f"{self.where(node)} gets images {shapes[0]}: put Flatten or GlobalAvgPool "
-                                f"before it (or Reshape them to tokens (L, D) first)")
         if self.out_features is None:
             raise MultidevError(f"{self.where(node)} has no out_features: give one, or end the model with it "
                                 f"so that the data's class count fills it in")

@@ -8,9 +8,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from multidev.errors import MultidevError
 from multidev.nn.graph import NodeSpec
-from multidev.nn.layers import Add, Conv2d, Dense, MatMul, Mul, Reshape, Scale
+from multidev.nn.layers import Add, Conv2d, Dense, MatMul, Mul, Scale
 from multidev.nn.onnx.base import bad, decimal, rank, reads, writes
 from multidev.nn.onnx.naming import clean, hint
 from multidev.nn.onnx.ops_tokens import position
@@ -18,17 +17,8 @@ from multidev.nn.onnx.reader import Reader, Value
 from multidev.nn.onnx.writer import Writer
 
 
-def _takes(layer: Dense, shape: tuple[int, ...]) -> bool:
-    try:
-        layer.infer("", [shape])
-        return True
-    except MultidevError:
-        return False
-
-
 def _dense(r: Reader, node, x: Value, w: np.ndarray, b: Optional[np.ndarray], out: Optional[str] = None) -> int:
-    """A Dense on the last axis of ``x``; where multidev's Dense refuses the sample's rank (images' (H, W, C)
-    after ConvNeXt's permute), it reads the rows of (H * W, C) between two Reshapes."""
+    """A Dense on the last axis of ``x``, of any rank (images' (H, W, C) after ConvNeXt's and Swin's permute)."""
     if x[1] == "gap" or w.ndim != 2:
         raise bad(node, f"multiplies {'pooled (N, C, 1, 1) values' if x[1] == 'gap' else 'by a weight of shape '}"
                         f"{'' if x[1] == 'gap' else w.shape}: multidev.nn's Dense multiplies the last axis of "
@@ -39,16 +29,7 @@ def _dense(r: Reader, node, x: Value, w: np.ndarray, b: Optional[np.ndarray], ou
             raise bad(node, f"adds a bias of shape {b.shape}: multidev.nn's Dense adds one per output feature")
         params["bias"] = np.broadcast_to(b.reshape(-1), (w.shape[0],))
     layer, name = Dense(int(w.shape[0]), bias=b is not None), hint(node, "fc", r.named(node.input[1]))
-    shape, params = r.shape(x), r.weights(node, params)
-    if shape is None and rank(x[1]) > 3:
-        raise bad(node, f"multiplies the last axis of values of rank {rank(x[1])} whose size multidev.nn does not "
-                        f"know: export with a fixed input size")
-    if shape is None or _takes(layer, shape):
-        return r.emit(node, layer, [x], x[1], name, params, out=out)
-    rows = r.emit(node, Reshape((-1, shape[-1])), [x], "r3", hint(node, "reshape"))
-    y = r.emit(node, layer, [(rows, "r3")], "r3", name, params)
-    return r.emit(node, Reshape(shape[:-1] + (layer.out_features,)), [(y, "r3")], x[1], hint(node, "reshape"),
-                  out=out)
+    return r.emit(node, layer, [x], x[1], name, r.weights(node, params), out=out)
 
 
 @reads("Gemm")
