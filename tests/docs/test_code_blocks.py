@@ -151,3 +151,20 @@ def test_planted_blocks_are_found_and_a_failing_one_is_caught(tmp_path):
     assert run(found[0], tmp_path) is None
     assert "a failing block" in run(found[2], tmp_path)
     assert "ran past" in run(Block("page.md", 1, "import time; time.sleep(5)"), tmp_path, timeout=0.5)
+
+
+def test_the_guides_vit_is_the_one_the_kit_holds_to_a_band(monkeypatch):
+    """The ViT docs/guides/your-model.md writes out is ``multidev.testing.layers.docs_vit``, which the kit trains
+    on every engine (``test_the_docs_vit_accuracy_band``), trained as the kit trains it."""
+    import multidev
+    from multidev.testing.layers import VIT_RUN, docs_vit
+
+    page = ROOT / "docs" / "guides" / "your-model.md"
+    (block,) = [b for b in blocks(page.read_text(), page.name) if "vit = nn.Sequential(" in b.code]
+    calls: list = []
+    monkeypatch.setattr(multidev, "train", lambda **kwargs: calls.append(kwargs))
+    scope: dict = {}
+    exec(compile(block.code, block.name, "exec"), scope)  # the page's own code, its training recorded
+    assert scope["vit"].graph() == docs_vit().graph()
+    assert [c["backend"] for c in calls] == ["torch", "jax", "mxnet"]
+    assert all(c["devices"] == 2 and {k: c[k] for k in VIT_RUN} == VIT_RUN for c in calls)
