@@ -514,6 +514,33 @@ def _unbroadcast(g: np.ndarray, expanded: tuple[int, ...], shape: tuple[int, ...
     return (g.sum(axis=axes, keepdims=True) if axes else g).reshape(shape)
 
 
+def sub(xs):
+    """The first input minus the second, the samples' shapes broadcast as NumPy does."""
+    rank = max(x.ndim for x in xs)
+    a, b = (_expand(x, rank) for x in xs)
+    return a - b, ((a.shape, b.shape), [x.shape for x in xs])
+
+
+def sub_backward(dy: np.ndarray, cache) -> list:
+    (a, b), (sa, sb) = cache
+    return [_unbroadcast(dy, a, sa), _unbroadcast(-dy, b, sb)]
+
+
+def div(xs):
+    """The first input divided by the second, the samples' shapes broadcast as NumPy does."""
+    rank = max(x.ndim for x in xs)
+    a, b = (_expand(x, rank) for x in xs)
+    y = a / b
+    return y, (y, b, a.shape, [x.shape for x in xs])
+
+
+def div_backward(dy: np.ndarray, cache) -> list:
+    """d(a / b) = da / b - a db / b^2 = (da - y db) / b."""
+    y, b, a_shape, (sa, sb) = cache
+    g = dy / b
+    return [_unbroadcast(g, a_shape, sa), _unbroadcast(-g * y, b.shape, sb)]
+
+
 def mul_backward(dy: np.ndarray, cache) -> list:
     """Each input gets dy times the other inputs, summed over the axes it was broadcast along."""
     parts, shapes = cache

@@ -254,6 +254,8 @@ _JOINS: dict[type, Callable[[nn.Layer], tuple[Callable, Callable]]] = {
     nn.Add: lambda lay: (layers.add, layers.add_backward),
     nn.Concat: _concat,
     nn.Mul: lambda lay: (layers.mul, layers.mul_backward),
+    nn.Sub: lambda lay: (layers.sub, layers.sub_backward),
+    nn.Div: lambda lay: (layers.div, layers.div_backward),
     nn.MatMul: lambda lay: (layers.matmul, layers.matmul_backward),
 }
 

@@ -56,6 +56,16 @@ def _gated() -> nn.Model:
     return nn.Model(x, nn.Dense()(nn.Flatten()(nn.Mul()(a, gate))))
 
 
+def _divided() -> nn.Model:
+    """Images (C, H, W) divided by their root mean square over the channels, (1, H, W): a normalisation written
+    out, the divisor kept from 0."""
+    x = nn.Input()
+    a = nn.Conv2d(3, 3, padding=1)(x)
+    t = nn.Transpose((1, 2, 0))(nn.Mul()(a, a))
+    rms = nn.Transpose((2, 0, 1))(nn.Dense(1)(t))  # weights of either sign: kept positive by a softplus-like ReLU
+    return nn.Model(x, nn.Dense()(nn.Flatten()(nn.Div()(a, nn.Add()(nn.ReLU()(rms), nn.Sigmoid()(rms))))))
+
+
 def _alone(layer: nn.Layer, images: bool = True) -> Callable[[], nn.Sequential]:
     return lambda: nn.Sequential(layer, nn.Flatten(), nn.Dense()) if images else nn.Sequential(layer, nn.Dense())
 
@@ -107,6 +117,8 @@ LAYER_CASES: dict[str, tuple[Callable[[], object], tuple[int, ...]]] = {
                                IMAGES),
     "Mul": (_joined(nn.Mul), IMAGES),
     "Mul-gate": (_gated, IMAGES),
+    "Sub": (_joined(nn.Sub), IMAGES),
+    "Div": (_divided, IMAGES),
 }
 def _tokens(*layers: nn.Layer, head: bool = True) -> Callable[[], nn.Sequential]:
     """Images (2, 6, 6) to tokens (9, 4) by a strided convolution, reshaped and transposed as a ViT's patches,

@@ -32,7 +32,7 @@ from .batchnorm import BatchNorm, ChannelSum
 from .conv import conv_general_dilated, conv_general_dilated_once
 from .forms.sums import matvec
 from .pools import Pads, chw, pool
-from .shapes import engine_axis, flatten, matmul, nchw, nhwc, product, reshape, sliced, transpose
+from .shapes import aligned, engine_axis, flatten, matmul, nchw, nhwc, product, reshape, sliced, transpose
 from .tokens import ClassToken, MultiHeadAttention, PositionEmbedding, WindowAttention
 
 #: Full float32 everywhere: the engines promise the same answers, and TF32 on GPUs would break the 1e-3 tolerance.
@@ -260,6 +260,7 @@ _BUILDERS: dict[type, Builder] = {
     md.GlobalAvgPool: _global_avg_pool, md.Dropout: _dropout, md.DropPath: _dropout,
     md.Add: lambda node, xs, run: reduce(lambda a, b: a + b, xs),  # left to right, as the reference
     md.Mul: lambda node, xs, run: product(xs), md.Concat: _concat,
+    md.Sub: lambda node, xs, run: jnp.subtract(*aligned(xs)), md.Div: lambda node, xs, run: jnp.divide(*aligned(xs)),
     md.MatMul: lambda node, xs, run: matmul(xs[0], xs[1], run.compute.precision),
     md.Softmax: _of_layer(_softmax), md.Scale: _of_layer(lambda layer, x: x * layer.factor),
     md.Flatten: _elementwise(flatten), md.Reshape: _of_layer(reshape), md.Transpose: _of_layer(transpose),

@@ -47,15 +47,18 @@ def padded(x: jax.Array, rank: int) -> jax.Array:
     return x.reshape(x.shape[:1] + (1,) * (rank - x.ndim) + x.shape[1:])
 
 
-def product(xs: list[jax.Array]) -> jax.Array:
-    """Mul, broadcast as the canonical samples' shapes are. Among images NHWC broadcasts as C, H, W does (every
-    axis moves alike), so an image keeps its layout and lower ranks are padded and turned like it."""
+def aligned(xs: list[jax.Array]) -> list[jax.Array]:
+    """The inputs of Mul, Sub and Div, broadcast as the canonical samples' shapes are. Among images NHWC
+    broadcasts as C, H, W does (every axis moves alike), so an image keeps its layout and lower ranks are padded
+    and turned like it."""
     rank = max(x.ndim for x in xs)
     if rank == 4:
-        xs = [x if x.ndim == 4 else nhwc(padded(x, 4)) for x in xs]
-    else:
-        xs = [padded(nchw(x), rank) for x in xs]
-    return reduce(lambda a, b: a * b, xs)  # left to right, as the reference
+        return [x if x.ndim == 4 else nhwc(padded(x, 4)) for x in xs]
+    return [padded(nchw(x), rank) for x in xs]
+
+
+def product(xs: list[jax.Array]) -> jax.Array:
+    return reduce(lambda a, b: a * b, aligned(xs))  # left to right, as the reference
 
 
 def matmul(a: jax.Array, b: jax.Array, precision: lax.Precision) -> jax.Array:

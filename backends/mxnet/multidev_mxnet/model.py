@@ -111,12 +111,11 @@ def _gelu(F, layer, xs, shapes):
     return x * F.stop_gradient(cdf) + (F.stop_gradient(pdf) - pdf)
 
 
-def _mul(F, layer, xs, shapes):
+def _aligned(F, xs, shapes):
     """NumPy's broadcasting of the samples: an input of fewer axes gets ones after the batch axis first."""
     rank = max(map(len, shapes))
-    aligned = [x if len(shape) == rank else F.reshape(x, shape=(0, *(1,) * (rank - len(shape)), *shape))
-               for x, shape in zip(xs, shapes)]
-    return reduce(F.broadcast_mul, aligned)
+    return [x if len(shape) == rank else F.reshape(x, shape=(0, *(1,) * (rank - len(shape)), *shape))
+            for x, shape in zip(xs, shapes)]
 
 
 def _hard_sigmoid(F, x):
@@ -140,7 +139,9 @@ _FUNCTIONS: dict[type, Callable] = {
     mnn.GlobalAvgPool: lambda F, layer, xs, shapes: F.mean(xs[0], axis=(2, 3), keepdims=layer.keepdims),
     mnn.Flatten: lambda F, layer, xs, shapes: F.reshape(xs[0], shape=(0, -1)),  # C, H, W order; features as they are
     mnn.Add: lambda F, layer, xs, shapes: reduce(operator.add, xs),
-    mnn.Mul: _mul,
+    mnn.Mul: lambda F, layer, xs, shapes: reduce(F.broadcast_mul, _aligned(F, xs, shapes)),
+    mnn.Sub: lambda F, layer, xs, shapes: F.broadcast_sub(*_aligned(F, xs, shapes)),
+    mnn.Div: lambda F, layer, xs, shapes: F.broadcast_div(*_aligned(F, xs, shapes)),
     mnn.Concat: concat,
     mnn.Reshape: reshape,
     mnn.Transpose: transpose,

@@ -99,6 +99,8 @@ FUNCTIONS: dict[type, Callable[[L.Layer, list[torch.Tensor]], torch.Tensor]] = {
     L.Flatten: lambda _, xs: xs[0].flatten(1),
     L.Add: lambda _, xs: functools.reduce(operator.add, xs),
     L.Mul: lambda _, xs: functools.reduce(operator.mul, _aligned(xs)),
+    L.Sub: lambda _, xs: operator.sub(*_aligned(xs)),
+    L.Div: lambda _, xs: operator.truediv(*_aligned(xs)),
     L.Concat: lambda layer, xs: torch.cat(xs, _axis(layer.axis, xs[0])),
     L.MatMul: lambda _, xs: torch.matmul(*_aligned(xs)),
     L.Softmax: lambda layer, xs: F.softmax(xs[0], _axis(layer.axis, xs[0])),

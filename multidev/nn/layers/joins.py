@@ -1,4 +1,5 @@
-"""Layers of two or more inputs: sums, products (broadcasting as NumPy does) and concatenations."""
+"""Layers of two or more inputs: sums, differences, products and quotients (broadcasting as NumPy does) and
+concatenations."""
 
 from __future__ import annotations
 
@@ -62,6 +63,29 @@ class Mul(Layer):
 
     kind: ClassVar[str] = "mul"
     arity: ClassVar[Optional[int]] = None
+
+    def infer(self, node: str, shapes: list[Shape]) -> Shape:
+        return broadcast(self, node, shapes)
+
+
+@dataclass(frozen=True)
+class Sub(Layer):
+    """The first input minus the second, broadcast as NumPy does (the batch axis apart)."""
+
+    kind: ClassVar[str] = "sub"
+    arity: ClassVar[Optional[int]] = 2
+
+    def infer(self, node: str, shapes: list[Shape]) -> Shape:
+        return broadcast(self, node, shapes)
+
+
+@dataclass(frozen=True)
+class Div(Layer):
+    """The first input divided by the second, broadcast as NumPy does (the batch axis apart): a normalisation
+    written out, x / sqrt(mean(x^2) + eps)."""
+
+    kind: ClassVar[str] = "div"
+    arity: ClassVar[Optional[int]] = 2
 
     def infer(self, node: str, shapes: list[Shape]) -> Shape:
         return broadcast(self, node, shapes)

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 
 from multidev.nn.graph import NodeSpec
-from multidev.nn.layers import Add, Conv2d, Dense, MatMul, Mul, Scale
+from multidev.nn.layers import Add, Conv2d, Dense, Div, MatMul, Mul, Scale, Sub
 from multidev.nn.onnx.base import bad, decimal, rank, reads, writes
 from multidev.nn.onnx.naming import clean, hint
 from multidev.nn.onnx.ops_tokens import position
@@ -80,11 +80,14 @@ def _matmul(r: Reader, node, attrs: dict) -> None:
 _KINDS = {"img": "images (N, C, H, W)", "feat": "features (N, F)", "gap": "pooled values (N, C, 1, 1)"}
 
 
+_LAYER = {"adds": "Add", "multiplies": "Mul", "subtracts": "Sub", "divides": "Div"}
+
+
 def _same_kind(node, inputs: list[Value], what: str) -> str:
     kinds = sorted({kind for _, kind in inputs})
     if len(kinds) != 1:
         raise bad(node, f"{what} {' and '.join(_KINDS.get(k, f'values of rank {rank(k)}') for k in kinds)}: "
-                        f"multidev.nn's {'Add' if what == 'adds' else 'Mul'} takes values of one rank")
+                        f"multidev.nn's {_LAYER[what]} takes values of one rank")
     return kinds[0]
 
 
@@ -137,11 +140,22 @@ def _mul(r: Reader, node, attrs: dict) -> None:
     r.emit(node, Mul(), inputs, _same_kind(node, inputs, "multiplies"), hint(node, "mul"))
 
 
-@reads("Div", note="by a number (Scale)")
+@reads("Sub", note="of computed values")
+def _sub(r: Reader, node, attrs: dict) -> None:
+    const = [v for v in node.input if v in r.consts]
+    if const:
+        raise bad(node, f"subtracts with the constant {const[0]!r}: multidev.nn's Sub takes computed values")
+    inputs = [r.value(node, k) for k in range(2)]
+    r.emit(node, Sub(), inputs, _same_kind(node, inputs, "subtracts"), hint(node, "sub"))
+
+
+@reads("Div", note="of computed values; by a number (Scale)")
 def _div(r: Reader, node, attrs: dict) -> None:
-    if node.input[1] not in r.consts:
-        raise bad(node, "divides by a computed value: multidev.nn divides only by a number (Scale)")
-    _by_constant(r, node, r.value(node), node.input[1], True)
+    if node.input[1] in r.consts:
+        _by_constant(r, node, r.value(node), node.input[1], True)
+        return
+    inputs = [r.value(node, k) for k in range(2)]
+    r.emit(node, Div(), inputs, _same_kind(node, inputs, "divides"), hint(node, "div"))
 
 
 @writes(Dense)
@@ -172,6 +186,11 @@ def _w_mul(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
         last = k == len(ins) - 1
         w.add("Mul", [acc, x], out if last else f"{n.name}/product{k}", n.name if last else f"{n.name}/Mul{k}")
         acc = f"{n.name}/product{k}"
+
+
+@writes(Sub, Div)
+def _w_sub_div(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
+    w.add(type(n.layer).__name__, ins, out, n.name)
 
 
 @writes(MatMul)
