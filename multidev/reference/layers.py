@@ -469,6 +469,19 @@ def slice_axis_backward(dy: np.ndarray, cache) -> np.ndarray:
     return dx
 
 
+def pad_axis(x: np.ndarray, axis: int, before: int, after: int, value: float):
+    """``before`` and ``after`` values of ``value`` along sample axis ``axis``."""
+    widths = [(0, 0)] * x.ndim
+    widths[axis + 1] = (before, after)
+    return np.pad(x, widths, constant_values=value), (axis, before, x.shape[axis + 1])
+
+
+def pad_axis_backward(dy: np.ndarray, cache) -> np.ndarray:
+    """The added values are constants: the input's gradient is dy's slice over the input."""
+    axis, before, size = cache
+    return dy[(slice(None),) * (axis + 1) + (slice(before, before + size),)].copy()
+
+
 def concat(xs, axis: int = 1):
     """The inputs joined along ``axis`` (channels for NCHW), in the order given."""
     return np.concatenate(xs, axis=axis), ([x.shape[axis] for x in xs], axis)

@@ -211,6 +211,12 @@ def _slice(lay: nn.Slice):
     return forward, layers.slice_axis_backward
 
 
+def _pad(lay: nn.Pad):
+    def forward(x: np.ndarray):
+        return layers.pad_axis(x, lay.axis % (x.ndim - 1), lay.before, lay.after, lay.value)
+    return forward, layers.pad_axis_backward
+
+
 def _concat(lay: nn.Concat):
     """The layer's sample axis as an axis of the batched arrays (one past it)."""
     return lambda xs: layers.concat(xs, lay.axis % (xs[0].ndim - 1) + 1), layers.concat_backward
@@ -245,6 +251,7 @@ _FUNCTIONS: dict[type, Callable[[nn.Layer], tuple[Callable, Callable]]] = {
     nn.Reshape: lambda lay: (lambda x: layers.reshape(x, lay.shape), layers.reshape_backward),
     nn.Transpose: lambda lay: (lambda x: layers.transpose(x, lay.perm), layers.transpose_backward),
     nn.Slice: _slice,
+    nn.Pad: _pad,
     nn.Softmax: _softmax,
     nn.Scale: lambda lay: (lambda x: layers.scale(x, lay.factor), layers.scale_backward),
 }

@@ -213,7 +213,10 @@ def _refused(tmp_path, case):
         "softmax": lambda: _write(tmp_path, [node("Softmax", ["input"], ["y"], name="sm", axis=1)], in_dims=tokens,
                                   opset=11),
         "matmul": lambda: _write(tmp_path, [node("MatMul", ["input", "input"], ["y"], name="mm")]),
-        "pad": lambda: _write(tmp_path, [node("Pad", ["input", "p"], ["y"], name="pad")], [_ints("p", [0, 1, 0, 1])]),
+        "pad": lambda: _write(tmp_path, [node("Pad", ["input", "p"], ["y"], name="pad", mode="reflect")],
+                              [_ints("p", [0, 1, 0, 1])]),
+        "pad-batch": lambda: _write(tmp_path, [node("Pad", ["input", "p"], ["y"], name="pad")],
+                                    [_ints("p", [1, 0, 0, 0])]),
     }
     return files[case]()
 
@@ -229,8 +232,8 @@ def _refused(tmp_path, case):
     ("softmax", "ONNX node 'sm' (op Softmax) normalises axes 1 to 2 together (Softmax below opset 13)"),
     ("matmul", "ONNX node 'mm' (op MatMul) multiplies two computed values of rank 2 and 2: multidev.nn's MatMul "
                "multiplies each sample's matrices"),
-    ("pad", "ONNX node 'pad' (op Pad) pads by [0, 1, 0, 1]: multidev.nn pads only inside Conv2d, the pools and "
-            "WindowAttention (give the padding to the Conv or pool after it)"),
+    ("pad", "ONNX node 'pad' (op Pad) pads in mode b'reflect': multidev.nn's Pad adds a constant"),
+    ("pad-batch", "ONNX node 'pad' (op Pad) pads along the batch axis: multidev.nn's layers take each sample alone"),
 ])
 def test_what_moves_the_batch_or_no_layer_does_is_one_line(tmp_path, case, message):
     path = _refused(tmp_path, case)
@@ -245,6 +248,14 @@ def test_a_pad_that_adds_nothing_reads_as_nothing(tmp_path):
              helper.make_node("Flatten", ["padded"], ["y"], name="f")]
     graph = from_onnx(_write(tmp_path, nodes, [_ints("p", [0, 0, 0, 0])], in_dims=(4, 6)))
     assert [n.layer for n in graph.nodes] == [nn.Flatten()]
+
+
+def test_a_pad_reads_as_one_pad_per_axis(tmp_path):
+    nodes = [helper.make_node("Pad", ["input", "p", "v"], ["padded"], name="pad"),
+             helper.make_node("Flatten", ["padded"], ["y"], name="f")]
+    value = helper.make_tensor("v", TensorProto.FLOAT, [], [0.5])
+    graph = from_onnx(_write(tmp_path, nodes, [_ints("p", [0, 1, 0, 0, 2, 3]), value], in_dims=(4, 6)))
+    assert [n.layer for n in graph.nodes] == [nn.Pad(0, 1, 2, 0.5), nn.Pad(1, 0, 3, 0.5), nn.Flatten()]
 
 
 def test_a_fixed_batch_size_in_a_shape_is_the_batch(tmp_path):

@@ -27,7 +27,8 @@ def test_the_reference_is_torchvisions_shifted_window_attention(torchvision_mode
 
     rng = np.random.default_rng(0)
     arrays = [rng.normal(size=(2, h, w, c)), rng.normal(size=(3 * c, c)) * 0.3, rng.normal(size=3 * c) * 0.1,
-              rng.normal(size=(c, c)) * 0.3, rng.normal(size=c) * 0.1, rng.normal(size=(swin.table_size(window), heads))]
+              rng.normal(size=(c, c)) * 0.3, rng.normal(size=c) * 0.1,
+              rng.normal(size=(swin.table_size(window), heads))]
     x, w_in, b_in, w_out, b_out, table = (torch.tensor(a, requires_grad=True) for a in arrays)
     index = torch.from_numpy(swin.relative_index(window).reshape(-1))
     bias = _get_relative_position_bias(table, index, [window, window])

@@ -87,3 +87,10 @@ def sliced(layer: md.Slice, x: jax.Array) -> jax.Array:
     """Python's slice of the canonical axis, on the engine's axis it maps to."""
     axis, start, stop, step = layer.bounds(sample_shape(x))
     return lax.slice_in_dim(x, start, stop, step, engine_axis(x, axis))
+
+
+def padded_axis(layer: md.Pad, x: jax.Array) -> jax.Array:
+    """Constant padding of the canonical axis, on the engine's axis it maps to."""
+    widths = [(0, 0)] * x.ndim
+    widths[engine_axis(x, layer.axis)] = (layer.before, layer.after)
+    return jnp.pad(x, widths, constant_values=jnp.asarray(layer.value, x.dtype))

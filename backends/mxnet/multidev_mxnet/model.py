@@ -33,7 +33,7 @@ from multidev.engine import ModelSpec, MultidevError
 from . import tokens, windows
 from .batchnorm import BatchNorm, StatsExchange
 from .runtime import mxnet
-from .shapes import concat, matmul, reshape, softmax, take, transpose
+from .shapes import concat, matmul, pad, reshape, softmax, take, transpose
 
 mx = mxnet()
 
@@ -146,6 +146,7 @@ _FUNCTIONS: dict[type, Callable] = {
     mnn.Reshape: reshape,
     mnn.Transpose: transpose,
     mnn.Slice: take,
+    mnn.Pad: pad,
     mnn.MatMul: matmul,
     mnn.Softmax: softmax,
     mnn.Scale: lambda F, layer, xs, shapes: xs[0] * layer.factor,

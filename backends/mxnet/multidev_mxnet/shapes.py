@@ -30,6 +30,16 @@ def transpose(F, layer: mnn.Transpose, xs: list, shapes: list[Shape]):
     return F.transpose(xs[0], axes=(0, *(p + 1 for p in layer.perm)))
 
 
+def pad(F, layer: mnn.Pad, xs: list, shapes: list[Shape]):
+    """Blocks of the value joined before and after along the axis (MXNet's ``pad`` takes only the last axes of
+    4-D and 5-D arrays): each a one-wide slice of x, times 0, plus the value, repeated."""
+    x, at = xs[0], layer.axis % len(shapes[0]) + 1
+    edge = F.slice_axis(x, axis=at, begin=0, end=1) * 0.0 + layer.value
+    parts = [F.repeat(edge, repeats=n, axis=at) for n in (layer.before,) if n] + [x] + \
+        [F.repeat(edge, repeats=n, axis=at) for n in (layer.after,) if n]
+    return parts[0] if len(parts) == 1 else F.concat(*parts, dim=at)
+
+
 def take(F, layer: mnn.Slice, xs: list, shapes: list[Shape]):
     """``slice_axis`` for a step of 1 (a view's gradient, no step arithmetic); ``slice`` with its step else."""
     at, start, stop, step = layer.bounds(shapes[0])

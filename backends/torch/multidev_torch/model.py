@@ -74,6 +74,12 @@ def _aligned(xs: list[torch.Tensor]) -> list[torch.Tensor]:
     return [x[(slice(None),) + (None,) * (rank - x.dim())] for x in xs]
 
 
+def _pad(layer: L.Pad, x: torch.Tensor) -> torch.Tensor:
+    """F.pad lists the last axis's sides first: the sample's axis is that many pairs from the end."""
+    from_end = x.dim() - 1 - (layer.axis % (x.dim() - 1) + 1)
+    return F.pad(x, (0, 0) * from_end + (layer.before, layer.after), value=layer.value)
+
+
 def _slice(layer: L.Slice, x: torch.Tensor) -> torch.Tensor:
     axis, start, stop, step = layer.bounds(tuple(x.shape[1:]))
     return x[(slice(None),) * (axis + 1) + (slice(start, stop, step),)]
@@ -108,6 +114,7 @@ FUNCTIONS: dict[type, Callable[[L.Layer, list[torch.Tensor]], torch.Tensor]] = {
     L.Reshape: lambda layer, xs: xs[0].reshape(xs[0].shape[0], *layer.shape),
     L.Transpose: lambda layer, xs: xs[0].permute(0, *(p + 1 for p in layer.perm)),
     L.Slice: lambda layer, xs: _slice(layer, xs[0]),
+    L.Pad: lambda layer, xs: _pad(layer, xs[0]),
 }
 
 

@@ -16,13 +16,13 @@ from multidev.nn.layers.convolution import AvgPool2d, Conv2d, GlobalAvgPool, Max
 from multidev.nn.layers.dense import Dense, DropPath, Dropout
 from multidev.nn.layers.joins import Add, Concat, Div, MatMul, Mul, Sub, broadcast
 from multidev.nn.layers.normalization import BatchNorm, LayerNorm
-from multidev.nn.layers.shapes import Flatten, Reshape, Slice, Transpose
+from multidev.nn.layers.shapes import Flatten, Pad, Reshape, Slice, Transpose
 from multidev.nn.layers.tokens import ClassToken, MultiHeadAttention, PositionEmbedding, WindowAttention
 
 __all__ = ["Add", "AvgPool2d", "BatchNorm", "ClassToken", "Concat", "Conv2d", "Dense", "Div", "DropPath", "Dropout",
            "Flatten",
            "GELU", "GlobalAvgPool", "HardSigmoid", "HardSwish", "LAYERS", "LN_EPS", "Layer", "LayerNorm", "LeakyReLU",
-           "MatMul", "MaxPool2d", "Mul", "MultiHeadAttention", "Param", "PositionEmbedding", "ReLU", "ReLU6",
+           "MatMul", "MaxPool2d", "Mul", "MultiHeadAttention", "Pad", "Param", "PositionEmbedding", "ReLU", "ReLU6",
            "Reshape", "Scale", "Shape", "SiLU", "Sigmoid", "Slice", "Softmax", "State", "Sub", "Tanh",
            "Transpose", "WindowAttention", "broadcast"]
 
@@ -30,4 +30,4 @@ LAYERS: dict[str, type[Layer]] = {cls.__name__: cls for cls in (
     Conv2d, Dense, BatchNorm, LayerNorm, ReLU, GELU, Tanh, Sigmoid, ReLU6, LeakyReLU, SiLU, HardSigmoid, HardSwish,
     MaxPool2d, AvgPool2d, GlobalAvgPool, Flatten, Dropout, DropPath, Add, Sub, Mul, Div, Concat, MatMul, Softmax,
     Scale,
-    Reshape, Transpose, Slice, ClassToken, PositionEmbedding, MultiHeadAttention, WindowAttention)}
+    Reshape, Transpose, Slice, Pad, ClassToken, PositionEmbedding, MultiHeadAttention, WindowAttention)}

@@ -1,4 +1,4 @@
-"""Layers that rearrange a sample's values without computing: flatten, reshape, transpose, slice.
+"""Layers that rearrange a sample's values without computing: flatten, reshape, transpose, slice, pad.
 
 Axes count the sample's axes, the batch left out (0 is an image's channels,
 a token sequence's tokens), and may count from the end (-1 the last).
@@ -104,3 +104,28 @@ class Slice(Layer):
             raise MultidevError(f"{self.where(node)} takes nothing of axis {self.axis} ({shapes[0][axis]} long): "
                                 f"give a start before its stop")
         return shapes[0][:axis] + (n,) + shapes[0][axis + 1:]
+
+
+@dataclass(frozen=True)
+class Pad(Layer):
+    """``before`` and ``after`` values of ``value`` added along ``axis`` of the sample (ONNX's and NumPy's constant
+    padding, one axis a layer); Conv2d and the pools pad the images they read themselves."""
+
+    kind: ClassVar[str] = "pad"
+    axis: int
+    before: int = 0
+    after: int = 0
+    value: float = 0.0
+
+    def __post_init__(self) -> None:
+        sizes = (self.axis, self.before, self.after)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in sizes) or min(sizes[1:]) < 0:
+            raise MultidevError(f"Pad takes a whole-number axis and before and after of at least 0, got "
+                                f"{self.axis!r}, {self.before!r}, {self.after!r}")
+        if isinstance(self.value, bool) or not isinstance(self.value, (int, float)) or self.value != self.value:
+            raise MultidevError(f"Pad's value must be a number, got {self.value!r}")
+        object.__setattr__(self, "value", float(self.value))
+
+    def infer(self, node: str, shapes: list[Shape]) -> Shape:
+        axis = sample_axis(self, node, self.axis, len(shapes[0]))
+        return shapes[0][:axis] + (shapes[0][axis] + self.before + self.after,) + shapes[0][axis + 1:]

@@ -1,12 +1,13 @@
 """Parts and joins of a sample: Slice and Split (one Slice per output) along a sample's axis, Gather of one index
-(x[:, 0], a Slice then a Flatten or Reshape) or of a run of indices, Concat along a sample's axis."""
+(x[:, 0], a Slice then a Flatten or Reshape) or of a run of indices, Concat along a sample's axis, Pad (one Pad
+per axis it pads)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from multidev.nn.graph import NodeSpec
-from multidev.nn.layers import Concat, Flatten, Reshape, Slice
+from multidev.nn.layers import Concat, Flatten, Pad, Reshape, Slice
 from multidev.nn.onnx.base import TO_END, bad, kind, rank, reads, writes
 from multidev.nn.onnx.naming import hint
 from multidev.nn.onnx.ops_tokens import class_token
@@ -140,3 +141,36 @@ def _w_slice(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
     bounds = [w.ints(p + name, [v]) for name, v in (("starts", L.start), ("ends", 2 ** 63 - 1 if L.stop is None
                                                     else L.stop), ("axes", _onnx_axis(L.axis)), ("steps", L.step))]
     w.add("Slice", ins + bounds, out, n.name)
+
+
+@reads("Pad", note="constant, along a sample's axes (one Pad per axis)")
+def _pad(r: Reader, node, attrs: dict) -> None:
+    """ONNX's pads (every axis's begins, then every axis's ends) as one Pad layer per sample axis padded; a Pad that
+    adds nothing (torch's Swin pads its patch merging to even sizes, by 0 where they are) passes its input on."""
+    mode = attrs.get("mode", b"constant")
+    if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
+        raise bad(node, f"pads in mode {mode!r}: multidev.nn's Pad adds a constant")
+    x = r.value(node)
+    if x[1] == "gap":
+        raise bad(node, "pads pooled (N, C, 1, 1) values: multidev.nn holds them as (N, C); pad before the pool")
+    pads = r.const(node, 1, "pads").reshape(-1).tolist() if r.opset >= 11 else list(attrs.get("pads", []))
+    given = r.optional(node, 3) if len(node.input) > 3 and node.input[3] else None
+    axes = given.reshape(-1).tolist() if given is not None else list(range(len(pads) // 2))
+    value = r.optional(node, 2) if len(node.input) > 2 and node.input[2] else None
+    value = float(value.reshape(-1)[0]) if value is not None else float(attrs.get("value", 0.0))
+    for a, before, after in zip(axes, pads[:len(axes)], pads[len(axes):]):
+        if before or after:
+            axis = r.axis(node, int(a), x, "pads")
+            x = (r.emit(node, r.make(node, Pad, axis, int(before), int(after), value), [x], x[1],
+                        hint(node, "pad")), x[1])
+    r.values[node.output[0]] = x
+
+
+@writes(Pad)
+def _w_pad(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
+    L, p = n.layer, n.name + "/"
+    rank = len(w.shapes[n.inputs[0]]) + 1
+    axis = L.axis % (rank - 1) + 1
+    pads = [L.before if k == axis else 0 for k in range(rank)] + [L.after if k == axis else 0 for k in range(rank)]
+    w.add("Pad", ins + [w.ints(p + "pads", pads), w.tensor(p + "value", np.asarray(L.value))], out, n.name,
+          mode="constant")

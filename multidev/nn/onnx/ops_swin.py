@@ -1,5 +1,5 @@
 """Swin's shifted-window attention (torchvision's ``ShiftedWindowAttention``) read as one WindowAttention and
-written back in the form torch writes it; a Pad that adds nothing.
+written back in the form torch writes it.
 
 Why whole: torch's exporter writes the windows with the batch inside
 ((N * windows, window^2, C)), the shift's mask as a slice-by-slice
@@ -10,7 +10,7 @@ of that scope computed from the Pad's input and read outside it is the
 attention's output, and the nodes it needs are run by onnx's reference
 evaluator on random values. They must give WindowAttention's values for the
 relative position table the scope gathers from, within float32's rounding,
-else the Pad is read alone and refused.
+else the Pad is read alone (a Pad layer, and the rest node by node).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 from multidev.nn import swin
 from multidev.nn.graph import NodeSpec
 from multidev.nn.layers import WindowAttention
-from multidev.nn.onnx.base import bad, rank, reads, starts, writes
+from multidev.nn.onnx.base import rank, starts, writes
 from multidev.nn.onnx.naming import hint
 from multidev.nn.onnx.ops_attention import evaluate
 from multidev.nn.onnx.reader import Reader
@@ -150,17 +150,6 @@ def shifted_window_attention(r: Reader, node) -> bool:
     return True
 
 
-@reads("Pad", note="of zeros (none added), or as Swin's window attention begins")
-def _pad(r: Reader, node, attrs: dict) -> None:
-    """A Pad that adds nothing (torch's Swin pads its patch merging to even sizes, 0 where they are) passes its
-    input on; any other is refused in one line."""
-    pads = r.const(node, 1, "pads") if len(node.input) > 1 else np.asarray(attrs.get("pads", []))
-    if np.any(pads):
-        raise bad(node, f"pads by {[int(p) for p in pads.reshape(-1)]}: multidev.nn pads only inside Conv2d, the "
-                        f"pools and WindowAttention (give the padding to the Conv or pool after it)")
-    r.values[node.output[0]] = r.value(node)
-
-
 def _w_roll(w: Writer, x: str, axis: int, by: int, size: int, name: str) -> str:
     """``x`` rolled back by ``by`` along ``axis`` (NumPy's roll by -by), as torch writes a roll: two Slices
     joined."""
@@ -208,8 +197,9 @@ def _w_scores(w: Writer, n: NodeSpec, parts: str, p: str, plan: swin.Plan, c: in
     w.add("Add", [p + "scores", p + "bias"], p + "biased", p + "Add_bias")
     if not plan.shifted:
         return p + "biased"
-    w.add("Reshape", [p + "biased", w.ints(p + "by_window_shape", [-1, swin.mask(plan, L.window).shape[0], L.heads, area,
-                                                              area])], p + "by_window", p + "Reshape_by_window")
+    windows = swin.mask(plan, L.window).shape[0]
+    by_window = w.ints(p + "by_window_shape", [-1, windows, L.heads, area, area])
+    w.add("Reshape", [p + "biased", by_window], p + "by_window", p + "Reshape_by_window")
     w.add("Add", [p + "by_window", w.tensor(p + "mask", swin.mask(plan, L.window)[:, None])], p + "masked",
           p + "Add_mask")
     w.add("Reshape", [p + "masked", w.ints(p + "flat", [-1, L.heads, area, area])], p + "masked_flat",
@@ -242,5 +232,5 @@ def _w_window_attention(w: Writer, n: NodeSpec, ins: list[str], out: str) -> Non
     grid = _w_windows(w, y, p + "grid", grid_shape, back=True)
     grid = _w_roll(w, _w_roll(w, grid, 1, plan.rows - plan.shift_rows, plan.rows, p + "unroll_rows"), 2,
                    plan.cols - plan.shift_cols, plan.cols, p + "unroll_cols")
-    w.add("Slice", [grid, w.ints(p + "crop_from", [0, 0]), w.ints(p + "crop_to", [h, wd]), w.ints(p + "crop_axes",
-                                                                                                [1, 2])], out, p + "crop")
+    crop = [w.ints(p + "crop_from", [0, 0]), w.ints(p + "crop_to", [h, wd]), w.ints(p + "crop_axes", [1, 2])]
+    w.add("Slice", [grid, *crop], out, p + "crop")
