@@ -16,16 +16,16 @@ so does the class count of a last ``Dense()``. ``Sequential`` and
 from multidev.nn.graph import Graph, Input, Model, Residual, Sequential
 from multidev.nn.layers import (GELU, Add, AvgPool2d, BatchNorm, ClassToken, Concat, Conv2d, Dense, Div, DropPath,
                                 Dropout, Flatten, GlobalAvgPool, HardSigmoid, HardSwish, Layer, LayerNorm, LeakyReLU,
-                                MatMul, MaxPool2d, Mul, MultiHeadAttention, Pad, PositionEmbedding, ReLU, ReLU6,
+                                MatMul, MaxPool2d, Mean, Mul, MultiHeadAttention, Pad, PositionEmbedding, ReLU, ReLU6,
                                 Reshape, Scale, Sigmoid, SiLU, Slice, Softmax, Sub, Tanh, Transpose, WindowAttention)
 from multidev.nn.zoo import ZOO, convnet, lenet, mlp, mobilenet_v2, resnet18, vit
 
 __all__ = ["Add", "AvgPool2d", "BatchNorm", "ClassToken", "Concat", "Conv2d", "Dense", "Div", "DropPath", "Dropout",
            "Flatten", "GELU", "GlobalAvgPool", "Graph", "HardSigmoid", "HardSwish", "Input", "Layer", "LayerNorm",
-           "LeakyReLU", "MatMul", "MaxPool2d", "Model", "Mul", "MultiHeadAttention", "Pad", "PositionEmbedding", "ReLU",
-           "ReLU6", "Reshape", "Residual", "Scale", "Sequential", "SiLU", "Sigmoid", "Slice", "Softmax", "Sub", "Tanh",
-           "Transpose", "WindowAttention", "ZOO", "convnet", "from_onnx", "lenet", "mlp", "mobilenet_v2", "resnet18",
-           "to_onnx", "vit"]
+           "LeakyReLU", "MatMul", "MaxPool2d", "Mean", "Model", "Mul", "MultiHeadAttention", "Pad",
+           "PositionEmbedding", "ReLU", "ReLU6", "Reshape", "Residual", "Scale", "Sequential", "SiLU", "Sigmoid",
+           "Slice", "Softmax", "Sub", "Tanh", "Transpose", "WindowAttention", "ZOO", "convnet", "from_onnx", "lenet",
+           "mlp", "mobilenet_v2", "resnet18", "to_onnx", "vit"]
 
 
 def __getattr__(name: str):

@@ -482,6 +482,20 @@ def pad_axis_backward(dy: np.ndarray, cache) -> np.ndarray:
     return dy[(slice(None),) * (axis + 1) + (slice(before, before + size),)].copy()
 
 
+def mean_axes(x: np.ndarray, axes: tuple[int, ...], keepdims: bool):
+    """The mean over sample axes ``axes`` (counted from the sample's first)."""
+    over = tuple(a + 1 for a in axes)
+    return x.mean(axis=over, keepdims=keepdims), (x.shape, over)
+
+
+def mean_axes_backward(dy: np.ndarray, cache) -> np.ndarray:
+    """Each averaged value gets dy over the count it was averaged with."""
+    x_shape, over = cache
+    count = int(np.prod([x_shape[a] for a in over]))
+    kept = dy.reshape([1 if k in over else n for k, n in enumerate(x_shape)])
+    return np.broadcast_to(kept / count, x_shape).copy()
+
+
 def concat(xs, axis: int = 1):
     """The inputs joined along ``axis`` (channels for NCHW), in the order given."""
     return np.concatenate(xs, axis=axis), ([x.shape[axis] for x in xs], axis)

@@ -217,6 +217,12 @@ def _pad(lay: nn.Pad):
     return forward, layers.pad_axis_backward
 
 
+def _mean(lay: nn.Mean):
+    def forward(x: np.ndarray):
+        return layers.mean_axes(x, lay.resolved("", x.ndim - 1), lay.keepdims)
+    return forward, layers.mean_axes_backward
+
+
 def _concat(lay: nn.Concat):
     """The layer's sample axis as an axis of the batched arrays (one past it)."""
     return lambda xs: layers.concat(xs, lay.axis % (xs[0].ndim - 1) + 1), layers.concat_backward
@@ -252,6 +258,7 @@ _FUNCTIONS: dict[type, Callable[[nn.Layer], tuple[Callable, Callable]]] = {
     nn.Transpose: lambda lay: (lambda x: layers.transpose(x, lay.perm), layers.transpose_backward),
     nn.Slice: _slice,
     nn.Pad: _pad,
+    nn.Mean: _mean,
     nn.Softmax: _softmax,
     nn.Scale: lambda lay: (lambda x: layers.scale(x, lay.factor), layers.scale_backward),
 }

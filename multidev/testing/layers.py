@@ -119,6 +119,7 @@ LAYER_CASES: dict[str, tuple[Callable[[], object], tuple[int, ...]]] = {
     "Mul-gate": (_gated, IMAGES),
     "Sub": (_joined(nn.Sub), IMAGES),
     "Pad-images": (_alone(nn.Pad(-1, 0, 2, value=1.0)), IMAGES),
+    "Mean-channels-kept": (_alone(nn.Mean((0,), keepdims=True)), IMAGES),
     "Div": (_divided, IMAGES),
 }
 def _tokens(*layers: nn.Layer, head: bool = True) -> Callable[[], nn.Sequential]:
@@ -157,6 +158,7 @@ TOKEN_CASES = {
     "MultiHeadAttention-no-bias": (_tokens(nn.MultiHeadAttention(4, bias=False)), IMAGES),
     "Dense-grid": (_grid(nn.Dense(5)), IMAGES),
     "Pad": (_grid(nn.Pad(1, 2, 1), nn.Pad(-1, 1, 0, value=-0.5)), IMAGES),
+    "Mean-tokens": (_tokens(nn.Mean((0,)), nn.Dense(), head=False), IMAGES),
     # 6x6 padded to 8x8, rolled by 2 and masked; 7x7 windows cover the padded grid: no roll
     "WindowAttention-shifted": (_grid(nn.WindowAttention(2, window=4, shift=2)), IMAGES),
     "WindowAttention-one-window": (_grid(nn.WindowAttention(1, window=7, shift=3, bias=False)), IMAGES),

@@ -168,6 +168,7 @@ def _every_layer() -> nn.Model:
     y = nn.HardSwish()(nn.Mul()(y, gate))
     y = nn.Div()(nn.Sub()(y, nn.Conv2d(8, 1)(y)), nn.Sigmoid()(nn.Conv2d(1, 1)(y)))  # (8, H, W) / (1, H, W)
     y = nn.Pad(1, 1, 0, value=0.25)(nn.Pad(2, 0, 2)(y))
+    y = nn.Sub()(y, nn.Mean((0,), keepdims=True)(y))  # each pixel less its channels' mean
     y = nn.AvgPool2d(3, 2, padding=(1, 0), ceil_mode=True, count_include_pad=False)(y)
     y = nn.GELU(approximate="tanh")(nn.LayerNorm(eps=1e-3)(nn.Dense(12)(nn.Flatten()(y))))
     return nn.Model(x, nn.Dense()(nn.Sigmoid()(y)))

@@ -32,8 +32,8 @@ from .batchnorm import BatchNorm, ChannelSum
 from .conv import conv_general_dilated, conv_general_dilated_once
 from .forms.sums import matvec
 from .pools import Pads, chw, pool
-from .shapes import (aligned, engine_axis, flatten, matmul, nchw, nhwc, padded_axis, product, reshape, sliced,
-                     transpose)
+from .shapes import (aligned, engine_axis, flatten, matmul, mean, nchw, nhwc, padded_axis, product, reshape,
+                     sliced, transpose)
 from .tokens import ClassToken, MultiHeadAttention, PositionEmbedding, WindowAttention
 
 #: Full float32 everywhere: the engines promise the same answers, and TF32 on GPUs would break the 1e-3 tolerance.
@@ -265,7 +265,7 @@ _BUILDERS: dict[type, Builder] = {
     md.MatMul: lambda node, xs, run: matmul(xs[0], xs[1], run.compute.precision),
     md.Softmax: _of_layer(_softmax), md.Scale: _of_layer(lambda layer, x: x * layer.factor),
     md.Flatten: _elementwise(flatten), md.Reshape: _of_layer(reshape), md.Transpose: _of_layer(transpose),
-    md.Slice: _of_layer(sliced), md.Pad: _of_layer(padded_axis),
+    md.Slice: _of_layer(sliced), md.Pad: _of_layer(padded_axis), md.Mean: _of_layer(mean),
     md.ClassToken: _with_params(lambda layer, x, run, name: ClassToken(name=name)),
     md.PositionEmbedding: _with_params(lambda layer, x, run, name: PositionEmbedding(name=name)),
     md.MultiHeadAttention: _with_params(_attention),

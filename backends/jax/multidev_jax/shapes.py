@@ -94,3 +94,9 @@ def padded_axis(layer: md.Pad, x: jax.Array) -> jax.Array:
     widths = [(0, 0)] * x.ndim
     widths[engine_axis(x, layer.axis)] = (layer.before, layer.after)
     return jnp.pad(x, widths, constant_values=jnp.asarray(layer.value, x.dtype))
+
+
+def mean(layer: md.Mean, x: jax.Array) -> jax.Array:
+    """The mean over canonical axes, taken in the canonical layout (its rank may change, and with it the layout)."""
+    axes = tuple(a + 1 for a in layer.resolved("", x.ndim - 1))
+    return nhwc(jnp.mean(nchw(x), axis=axes, keepdims=layer.keepdims))

@@ -147,6 +147,8 @@ _FUNCTIONS: dict[type, Callable] = {
     mnn.Transpose: transpose,
     mnn.Slice: take,
     mnn.Pad: pad,
+    mnn.Mean: lambda F, layer, xs, shapes: F.mean(xs[0], axis=tuple(a + 1 for a in layer.resolved("", len(shapes[0]))),
+                                                  keepdims=layer.keepdims),
     mnn.MatMul: matmul,
     mnn.Softmax: softmax,
     mnn.Scale: lambda F, layer, xs, shapes: xs[0] * layer.factor,

@@ -1,12 +1,14 @@
 """Windows: Conv, MaxPool, AveragePool (square kernels, one stride; any pads, dilation and groups as
-``multidev.nn.windows`` states them), GlobalAveragePool and ReduceMean over H and W."""
+``multidev.nn.windows`` states them), GlobalAveragePool, and ReduceMean (over H and W: GlobalAvgPool; over other
+axes: Mean)."""
 
 from __future__ import annotations
 
 from multidev.nn import windows as W
 from multidev.nn.graph import NodeSpec
-from multidev.nn.layers import AvgPool2d, Conv2d, GlobalAvgPool, MaxPool2d
-from multidev.nn.onnx.base import bad, ints, reads, text, writes
+from multidev.nn.layers import AvgPool2d, Conv2d, GlobalAvgPool, MaxPool2d, Mean
+from multidev.nn.onnx.base import bad, ints, rank, reads, text, writes
+from multidev.nn.onnx.base import kind as kind_of
 from multidev.nn.onnx.naming import hint
 from multidev.nn.onnx.reader import Reader
 from multidev.nn.onnx.writer import Writer
@@ -91,16 +93,25 @@ def _gap(r: Reader, node, attrs: dict) -> None:
     _pooled(r, node, True)
 
 
-@reads("ReduceMean", note="over H and W")
+@reads("ReduceMean", note="over a sample's axes (an image's H and W: GlobalAvgPool)")
 def _mean(r: Reader, node, attrs: dict) -> None:
-    """torch's x.mean((2, 3)): axes an attribute below opset 18, an input from 18."""
+    """torch's x.mean((2, 3)) as GlobalAvgPool, other axes as Mean: axes an attribute below opset 18, an input
+    from 18."""
     axes = attrs.get("axes")
     if axes is None and len(node.input) > 1 and node.input[1]:
         axes = r.const(node, 1, "axes").reshape(-1).tolist()
-    if sorted(int(a) % 4 for a in axes or ()) != [2, 3]:
-        raise bad(node, f"averages over axes {list(axes) if axes is not None else 'all'}: multidev.nn averages "
-                        f"images over H and W (axes 2, 3), a GlobalAvgPool")
-    _pooled(r, node, bool(int(attrs.get("keepdims", 1))))
+    keepdims = bool(int(attrs.get("keepdims", 1)))
+    x = r.value(node)
+    if not axes or x[1] == "gap":
+        raise bad(node, f"averages over {'pooled (N, C, 1, 1) values' if axes else 'every axis'}: "
+                        f"multidev.nn's Mean averages a sample's axes, the batch kept")
+    if x[1] == "img" and sorted(int(a) % 4 for a in axes) == [2, 3]:
+        _pooled(r, node, keepdims)
+        return
+    sample = tuple(r.axis(node, int(a), x, "averages") for a in axes)
+    layer = r.make(node, Mean, sample, keepdims)
+    rank_out = rank(x[1]) - (0 if keepdims else len(sample))
+    r.emit(node, layer, [x], kind_of(rank_out), hint(node, "mean"))
 
 
 def _pads(padding: W.Padding, sides: W.Sides) -> dict:
@@ -138,3 +149,15 @@ def _w_gap(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
         return
     w.add("GlobalAveragePool", ins, n.name + "/pooled", n.name)
     w.add("Flatten", [n.name + "/pooled"], out, n.name + "/Flatten", axis=1)  # (N, C, 1, 1) to multidev's (N, C)
+
+
+@writes(Mean)
+def _w_mean(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
+    """ReduceMean over the sample's axes (one past them: the batch first), as an attribute below opset 18."""
+    rank_in = len(w.shapes[n.inputs[0]])
+    axes = [a + 1 for a in n.layer.resolved(n.name, rank_in)]
+    keep = int(n.layer.keepdims)
+    if w.opset < 18:
+        w.add("ReduceMean", ins, out, n.name, axes=axes, keepdims=keep)
+    else:
+        w.add("ReduceMean", ins + [w.ints(n.name + "/axes", axes)], out, n.name, keepdims=keep)
