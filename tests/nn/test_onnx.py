@@ -60,7 +60,7 @@ def _torch_net(torch):
 
 
 @pytest.mark.parametrize("opset, training", [(17, False), (17, True), (20, False)])
-def test_a_torch_export_computes_torchs_logits(tmp_path, opset, training):
+def test_a_torch_export_computes_torchs_logits(tmp_path, torch_export, opset, training):
     """Below opset 20 torch writes GELU as Div/Erf/Add/Mul/Mul; in training mode BatchNorm has extra outputs and
     training_mode 1, and Dropout stays in the file (an inference export leaves it out).
 
@@ -68,13 +68,7 @@ def test_a_torch_export_computes_torchs_logits(tmp_path, opset, training):
     """
     torch = _torch()
     net = _torch_net(torch).train(training)
-    path = tmp_path / "net.onnx"
-    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch's notes on the TorchScript exporter
-        torch.onnx.export(net, torch.zeros(2, 3, 8, 8), str(path), dynamo=False, do_constant_folding=False,
-                          training=mode, opset_version=opset, input_names=["input"], output_names=["logits"],
-                          dynamic_axes={"input": {0: "N"}})
+    path = torch_export(net, tmp_path / "net.onnx", (3, 8, 8), opset, training=training)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         graph = from_onnx(path)

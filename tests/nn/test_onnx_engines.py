@@ -4,7 +4,6 @@ It must give torch's logits (1e-5) on each engine, from the file's own
 weights, and train there from the command line's ``--model net.onnx``.
 """
 
-import warnings
 
 import numpy as np
 import pytest
@@ -23,7 +22,7 @@ pytest.importorskip("onnx", reason="the onnx package is not installed (pip insta
 ENGINES = [name for name in ("torch", "jax", "mxnet") if name in installed()]
 
 
-def exported(folder) -> tuple[str, np.ndarray, np.ndarray]:
+def exported(folder, export) -> tuple[str, np.ndarray, np.ndarray]:
     """(path, images, torch's eval logits) of a small torch network with BatchNorm, a residual add and pooling."""
     class Net(torch.nn.Module):
         def __init__(self) -> None:
@@ -44,18 +43,14 @@ def exported(folder) -> tuple[str, np.ndarray, np.ndarray]:
         net.bn1.running_mean.normal_(0, 0.2)
         net.bn1.running_var.uniform_(0.5, 1.5)
     x = np.random.default_rng(0).normal(size=(5, 1, 8, 8)).astype(np.float32)
-    path = str(folder / "net.onnx")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(net, torch.zeros(2, 1, 8, 8), path, dynamo=False, do_constant_folding=False,
-                          input_names=["input"], dynamic_axes={"input": {0: "N"}})
+    path = export(net, folder / "net.onnx", (1, 8, 8))
     with torch.no_grad():
         return path, x, net(torch.from_numpy(x)).numpy()
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_an_imported_torch_network_gives_torchs_logits(engine, tmp_path):
-    path, x, want = exported(tmp_path)
+def test_an_imported_torch_network_gives_torchs_logits(engine, tmp_path, torch_export):
+    path, x, want = exported(tmp_path, torch_export)
     spec = ModelSpec("net", (1, 8, 8), 10, from_onnx(path))
     backend = load_backend(engine)
     devices = resolve_devices(devices=2, gpu_count=0, max_cpu=backend.max_cpu_devices())
@@ -66,7 +61,7 @@ def test_an_imported_torch_network_gives_torchs_logits(engine, tmp_path):
 
 @pytest.mark.slow  # an epoch of training on every engine
 @pytest.mark.parametrize("engine", ENGINES)
-def test_an_imported_torch_network_trains(engine, tmp_path):
-    path, _, _ = exported(tmp_path)
+def test_an_imported_torch_network_trains(engine, tmp_path, torch_export):
+    path, _, _ = exported(tmp_path, torch_export)
     result = train(engine, model=path, dataset="digits", epochs=1, batch_size=64, lr=0.05)
     assert result.model == "net" and result.epochs[0].test_acc > 0.5

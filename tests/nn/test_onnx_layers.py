@@ -8,7 +8,6 @@ read as the layer that computes torch's logits, and each layer written by
 """
 
 import re
-import warnings
 
 import numpy as np
 import pytest
@@ -75,20 +74,13 @@ def _torch_net(torch):
     return net.eval()
 
 
-def _export(torch, net, path, in_shape, opset):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch's notes on the TorchScript exporter
-        torch.onnx.export(net, torch.zeros(2, *in_shape), str(path), dynamo=False, do_constant_folding=False,
-                          opset_version=opset, input_names=["input"], dynamic_axes={"input": {0: "N"}})
-
-
 @pytest.mark.parametrize("opset", [17, 20])
-def test_torchvisions_layers_read_as_the_new_layers(tmp_path, opset):
+def test_torchvisions_layers_read_as_the_new_layers(tmp_path, torch_export, opset):
     """Below opset 20 GELU's tanh form is 9 nodes; x * Sigmoid(x) is SiLU; a pooled value that a Conv reads stays
     (N, C, 1, 1), one that a Flatten reads is (N, C)."""
     torch = _torch()
     net, in_shape = _torch_net(torch), (3, 11, 13)
-    _export(torch, net, tmp_path / "net.onnx", in_shape, opset)
+    torch_export(net, tmp_path / "net.onnx", in_shape, opset)
     graph = from_onnx(tmp_path / "net.onnx")
     layers = {n.name: n.layer for n in graph.nodes}
     assert layers["stem"] == nn.Conv2d(8, 3, stride=2, padding=(1, 2), bias=False)
@@ -111,13 +103,13 @@ def test_torchvisions_layers_read_as_the_new_layers(tmp_path, opset):
     assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
 
 
-def test_hardswish_below_opset_14_and_relu6_below_opset_11(tmp_path):
+def test_hardswish_below_opset_14_and_relu6_below_opset_11(tmp_path, torch_export):
     """torch writes Hardswish as x * HardSigmoid(x) at opset 13; ReLU6's Clip took min and max as attributes
     before opset 11; a Clip with no max is a ReLU."""
     torch = _torch()
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Hardswish(), torch.nn.Flatten(),
                               torch.nn.Linear(4 * 4 * 4, 3)).eval()
-    _export(torch, net, tmp_path / "hswish.onnx", (3, 6, 6), 13)
+    torch_export(net, tmp_path / "hswish.onnx", (3, 6, 6), 13)
     assert [type(n.layer) for n in from_onnx(tmp_path / "hswish.onnx").nodes] == [nn.Conv2d, nn.HardSwish,
                                                                                     nn.Flatten, nn.Dense]
     for opset, clip in ((9, helper.make_node("Clip", ["input"], ["c"], name="c", min=0.0, max=6.0)),

@@ -3,15 +3,14 @@
 Why: these are the networks users bring; each one within reach of the model
 language must import and give torch's logits (float64 on both sides, within
 1e-6 of the largest logit), and each one beyond it must say in one line
-which node it cannot read. Built with ``weights=None, num_classes=10``,
-no parameter 0, random BatchNorm statistics and LayerNorm scales, ConvNeXt's layer scales
-near 1 (not 1e-6, which would hide its blocks) and a ViT head that is not
-zero; inputs of 32x32 (the smallest at which every stage of the
-32x-downsampling networks still sees a pixel of its own), and 224 for
-AlexNet and VGG, whose adaptive pools need 6x6 and 7x7 maps.
+which node it cannot read. Built with ``weights=None, num_classes=10`` and
+changed to show what an import could miss (``conftest.classifier``);
+inputs of 32x32 (the smallest at which every stage of the 32x-downsampling
+networks still sees a pixel of its own), and 224 for AlexNet and VGG, whose
+adaptive pools need 6x6 and 7x7 maps.
 """
 
-import warnings
+import copy
 from collections import Counter
 
 import numpy as np
@@ -45,72 +44,31 @@ REFUSED = {
 }
 
 
-def _model(models, name: str):
-    """The classifier with 10 classes, normalisations that are not the identity and a head that is not zero, in
-    eval mode."""
-    import torch
-
-    torch.manual_seed(0)
-    if name == "vit":
-        model = models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
-                                         mlp_dim=64, num_classes=10)
-    else:
-        extra = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
-        model = getattr(models, name)(weights=None, num_classes=10, **extra)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
-                m.running_mean.normal_(0, 0.1)
-                m.running_var.uniform_(0.5, 1.5)
-            if isinstance(m, (torch.nn.BatchNorm2d, torch.nn.LayerNorm)):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.normal_(0, 0.1)
-        for key, p in model.named_parameters():
-            if p.ndim and not p.any():  # no array 0 (biases start so): one read as missing would go unseen
-                p.normal_(0, 0.02)
-            if key.endswith("layer_scale"):
-                p.uniform_(0.5, 1.5)
-            elif key.startswith("heads.") or key == "class_token":
-                p.normal_(0, 0.1)
-    return model.eval()
-
-
-def _exported(models, name: str, size: int, folder):
-    import torch
-
-    model, path = _model(models, name), folder / f"{name}.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch's notes on the TorchScript exporter
-        torch.onnx.export(model, torch.zeros(1, 3, size, size), str(path), dynamo=False, do_constant_folding=False,
-                          opset_version=17)
-    return model, path
-
-
 def _speed(names):
     return [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in names]
 
 
 @pytest.mark.parametrize("name", _speed(READ))
-def test_a_classifier_imports_and_gives_torchs_logits(torchvision_models, tmp_path, name):
+def test_a_classifier_imports_and_gives_torchs_logits(exported_classifier, name):
     import torch
 
     size, marks = READ[name]
-    model, path = _exported(torchvision_models, name, size, tmp_path)
+    model, path = exported_classifier(name, size)
     graph = from_onnx(path)
     counts = Counter(type(n.layer).__name__ for n in graph.nodes)
     assert {k: counts[k] for k in marks} == marks
     spec = multidev.ModelSpec(name, (3, size, size), 10, graph=graph)
     x = np.random.default_rng(1).normal(size=(2, 3, size, size))
     with torch.no_grad():
-        want = model.double()(torch.from_numpy(x)).numpy()
+        want = copy.deepcopy(model).double()(torch.from_numpy(x)).numpy()
     got = reference.predict(spec, spec.init(0), x)
     assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
 
 
 @pytest.mark.parametrize("name", _speed(REFUSED))
-def test_a_classifier_beyond_the_model_language_is_one_line(torchvision_models, tmp_path, name):
+def test_a_classifier_beyond_the_model_language_is_one_line(exported_classifier, name):
     size, message = REFUSED[name]
-    _, path = _exported(torchvision_models, name, size, tmp_path)
+    _, path = exported_classifier(name, size)
     with pytest.raises(MultidevError) as err:
         from_onnx(path)
     assert str(err.value) == message

@@ -8,7 +8,6 @@ synthetic set on 2 devices that moves the weights and reports a finite loss.
 """
 
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -31,37 +30,9 @@ SIZES = {"resnet18": 32, "mobilenet_v2": 32, "vit": 32, "squeezenet1_0": 32, "re
          "shufflenet_v2_x0_5": 32, "convnext_tiny": 32, "swin_t": 32, "alexnet": 224, "vgg11": 224}
 
 
-def _exported(models, name: str, size: int, folder):
-    """torch's module in eval mode (BatchNorm statistics away from the identity) and its ONNX file."""
-    import torch
-
-    torch.manual_seed(0)
-    if name == "vit":
-        model = models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
-                                         mlp_dim=64, num_classes=10)
-    else:
-        extra = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
-        model = getattr(models, name)(weights=None, num_classes=10, **extra)
-    with torch.no_grad():
-        for p in model.parameters():  # a ViT's head and class token start at 0: its logits would all be 0
-            if p.ndim and not p.any():
-                p.normal_(0, 0.02)
-        for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
-                m.running_mean.normal_(0, 0.1)
-                m.running_var.uniform_(0.5, 1.5)
-    model.eval()
-    path = folder / f"{name}.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, torch.zeros(1, 3, size, size), str(path), dynamo=False, do_constant_folding=False,
-                          opset_version=17)
-    return model, path
-
-
 @pytest.fixture(scope="module")
-def exported(torchvision_models, tmp_path_factory):
-    """name -> (torch's logits on 4 images, the ONNX file), made once per network for every engine."""
+def exported(exported_classifier):
+    """name -> (4 images, torch's float32 logits of them, the ONNX file), made once per network for every engine."""
     import torch
 
     made = {}
@@ -69,7 +40,7 @@ def exported(torchvision_models, tmp_path_factory):
     def get(name: str):
         if name not in made:
             size = SIZES[name]
-            model, path = _exported(torchvision_models, name, size, tmp_path_factory.mktemp(name))
+            model, path = exported_classifier(name, size)
             x = np.random.default_rng(1).normal(0, 1, (4, 3, size, size)).astype(np.float32)
             with torch.no_grad():
                 made[name] = (x, model(torch.from_numpy(x)).numpy(), path)
