@@ -45,6 +45,15 @@ def tokens(h: Node) -> tuple[Node, Node]:
     return nn.Flatten()(nn.Slice(0, 0, 1)(mixed)), nn.Flatten()(nn.Mul()(deep, gate))
 
 
+def grid(h: Node) -> Node:
+    """Images (12, 3, 3) as a grid of tokens (3, 3, 12) through shifted windows (padded to 4x4, rolled by 1),
+    padded, averaged over the rows, less and over values of their own: (36,)."""
+    g = nn.WindowAttention(3, window=2, shift=1)(nn.Transpose((1, 2, 0))(h))
+    rows = nn.Mean((0,))(nn.Pad(0, 0, 1, value=0.5)(g))                      # (3, 12)
+    centred = nn.Sub()(rows, nn.Mean((-1,), keepdims=True)(rows))            # (3, 12) - (3, 1)
+    return nn.Flatten()(nn.Div()(centred, nn.Sigmoid()(nn.Dense(12)(rows))))
+
+
 def definition() -> nn.Model:
     x = nn.Input()
     h = nn.ReLU6()(nn.BatchNorm(eps=1e-3, momentum=0.01)(nn.Conv2d(8, 3, padding="same", bias=False)(x)))
@@ -60,8 +69,9 @@ def definition() -> nn.Model:
     down = nn.Tanh()(nn.Conv2d(12, 3, stride=2, padding=(0, 1, 0, 1))(h))  # 6x6 -> 3x3
     h = nn.Add()(down, nn.LeakyReLU(0.2)(nn.Conv2d(12, 1, stride=2, name="proj")(h)))
     token, gated = tokens(h)
+    windows = grid(h)
     h = nn.AvgPool2d(2, ceil_mode=True)(nn.Dropout(0.25)(h))      # 3x3 -> 2x2, the last windows half outside
-    f = nn.Concat()(nn.Flatten()(h), nn.GlobalAvgPool()(h), token, gated)  # 48 + 12 + 12 + 96 features
+    f = nn.Concat()(nn.Flatten()(h), nn.GlobalAvgPool()(h), token, gated, windows)  # 48 + 12 + 12 + 96 + 36
     f = nn.Dropout(0.5)(nn.Sigmoid()(nn.LayerNorm()(nn.GELU()(nn.Dense(16)(f)))))
     return nn.Model(x, nn.Dense()(f))
 
