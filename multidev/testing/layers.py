@@ -166,9 +166,9 @@ TOKEN_CASES = {
     "vit": (lambda: nn.vit(patch=2, dim=8, depth=1, heads=2, mlp=16, drop_path=0.0), IMAGES),
 }
 
-#: the token cases the quick suite runs: attention written out and whole, and the ViT
+#: the token cases the quick suite runs: attention written out and whole, in windows, stochastic depth
 QUICK_TOKEN_CASES = ("LayerNorm-last", "MatMul-attention-written-out", "MultiHeadAttention", "WindowAttention-shifted",
-                     "DropPath", "vit")
+                     "DropPath")  # the ViT whole: the quick suite's five float64 steps of one
 #: the cases the quick suite runs (the rest run with -m slow): each engine path once
 QUICK_LAYER_CASES = ("Conv2d", "Conv2d-stride-2-no-bias", "Dense", "BatchNorm-images", "BatchNorm-features",
                      "LayerNorm-images", "ReLU", "GELU", "MaxPool2d-3-stride-2", "AvgPool2d", "GlobalAvgPool",

@@ -15,6 +15,21 @@ def run(*args, timeout=600, env=None):
                           timeout=timeout, env=env)
 
 
+def run_here(capsys, *args) -> subprocess.CompletedProcess:
+    """The command's ``main`` in this process, for mistakes refused before any work: what ``run`` gives, without
+    a new interpreter's 2-4 s of imports (``python -m multidev`` adds only the processes' set-up and the last
+    resort for tracebacks, which the subprocess cases keep checking)."""
+    from multidev.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse's own exits
+        code = exc.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, out.out, out.err)
+
+
 @pytest.fixture
 def fake(tmp_path) -> dict[str, str]:
     """An environment where ``--backend fake`` is the fake engine: the core's part, without a framework's."""
@@ -132,10 +147,15 @@ def assert_clear_error(proc, what, line):
         assert got == line, f"{what}: {got!r}"
 
 
+#: the mistakes checked through ``python -m multidev`` itself; the rest go through ``main`` in the test's process
+THROUGH_THE_COMMAND = {"a misspelled flag", "devices and gpus", "float64 on an engine without it"}
+
+
 @pytest.mark.parametrize("what", sorted(BAD))
-def test_bad_input_is_one_clear_line(what):
+def test_bad_input_is_one_clear_line(what, capsys):
     argv, line = BAD[what]
-    assert_clear_error(run("train", "--epochs", "1", "--no-progress", *argv), what, line)
+    argv = ["train", "--epochs", "1", "--no-progress", *argv]
+    assert_clear_error(run(*argv) if what in THROUGH_THE_COMMAND else run_here(capsys, *argv), what, line)
 
 
 def _files(folder):
@@ -228,8 +248,8 @@ def test_corrupt_data_file(tmp_path):
     (["--precision", "bf16", "--dtype", "float64"], "precision bf16 keeps float32 master weights: leave dtype at "
                                                     "float32, not float64"),
 ])
-def test_bad_recipe_flags_are_one_line(argv, line):
-    assert_clear_error(run("train", "--no-progress", *argv), " ".join(argv), line)
+def test_bad_recipe_flags_are_one_line(argv, line, capsys):
+    assert_clear_error(run_here(capsys, "train", "--no-progress", *argv), " ".join(argv), line)
 
 
 def test_a_job_with_a_warmup_longer_than_the_run_is_refused_before_any_worker_starts():
