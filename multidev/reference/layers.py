@@ -482,9 +482,8 @@ def pad_axis_backward(dy: np.ndarray, cache) -> np.ndarray:
     return dy[(slice(None),) * (axis + 1) + (slice(before, before + size),)].copy()
 
 
-def mean_axes(x: np.ndarray, axes: tuple[int, ...], keepdims: bool):
-    """The mean over sample axes ``axes`` (counted from the sample's first)."""
-    over = tuple(a + 1 for a in axes)
+def mean_axes(x: np.ndarray, over: tuple[int, ...], keepdims: bool):
+    """The mean over axes ``over`` of the batched array (the batch first)."""
     return x.mean(axis=over, keepdims=keepdims), (x.shape, over)
 
 

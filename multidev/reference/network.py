@@ -219,7 +219,7 @@ def _pad(lay: nn.Pad):
 
 def _mean(lay: nn.Mean):
     def forward(x: np.ndarray):
-        return layers.mean_axes(x, lay.resolved("", x.ndim - 1), lay.keepdims)
+        return layers.mean_axes(x, lay.batched(x.ndim - 1), lay.keepdims)
     return forward, layers.mean_axes_backward
 
 

@@ -57,13 +57,13 @@ def _gated() -> nn.Model:
 
 
 def _divided() -> nn.Model:
-    """Images (C, H, W) divided by their root mean square over the channels, (1, H, W): a normalisation written
-    out, the divisor kept from 0."""
+    """Images (C, H, W) divided by a learned (1, H, W) of their channels' squares: a normalisation written out,
+    broadcast over the channels."""
     x = nn.Input()
     a = nn.Conv2d(3, 3, padding=1)(x)
     t = nn.Transpose((1, 2, 0))(nn.Mul()(a, a))
-    rms = nn.Transpose((2, 0, 1))(nn.Dense(1)(t))  # weights of either sign: kept positive by a softplus-like ReLU
-    return nn.Model(x, nn.Dense()(nn.Flatten()(nn.Div()(a, nn.Add()(nn.ReLU()(rms), nn.Sigmoid()(rms))))))
+    scale = nn.Transpose((2, 0, 1))(nn.Dense(1)(t))  # its weights have either sign: ReLU + Sigmoid keeps it above 0
+    return nn.Model(x, nn.Dense()(nn.Flatten()(nn.Div()(a, nn.Add()(nn.ReLU()(scale), nn.Sigmoid()(scale))))))
 
 
 def _alone(layer: nn.Layer, images: bool = True) -> Callable[[], nn.Sequential]:
@@ -291,10 +291,10 @@ class LayerChecks(EngineFixtures):
         """The ViT docs/guides/your-model.md writes out, trained as it trains it, reaches the band on digits."""
         if not getattr(self, "accuracy_device_counts", (2,)):
             pytest.skip(f"{engine.name} opts out of training runs (accuracy_device_counts is empty)")
-        spec = ModelSpec("vit", (1, 8, 8), 10, docs_vit().graph())
-        self.builds(engine, spec)
+        net = docs_vit()
+        self.builds(engine, ModelSpec("vit", (1, 8, 8), 10, net.graph()))
         k = self.two_or_one(engine)
-        result = train(engine, devices=k, model=docs_vit(), **VIT_RUN)
+        result = train(engine, devices=k, model=net, **VIT_RUN)
         assert settled_accuracy(result) >= VIT_FLOOR, (
             f"accuracy: {engine.name} on {k} device(s) trains the docs' ViT to {settled_accuracy(result):.3f} at best "
             f"in its last three epochs on digits, below the band's floor {VIT_FLOOR}")

@@ -98,5 +98,4 @@ def padded_axis(layer: md.Pad, x: jax.Array) -> jax.Array:
 
 def mean(layer: md.Mean, x: jax.Array) -> jax.Array:
     """The mean over canonical axes, taken in the canonical layout (its rank may change, and with it the layout)."""
-    axes = tuple(a + 1 for a in layer.resolved("", x.ndim - 1))
-    return nhwc(jnp.mean(nchw(x), axis=axes, keepdims=layer.keepdims))
+    return nhwc(jnp.mean(nchw(x), axis=layer.batched(x.ndim - 1), keepdims=layer.keepdims))

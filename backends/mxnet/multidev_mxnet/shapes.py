@@ -32,11 +32,12 @@ def transpose(F, layer: mnn.Transpose, xs: list, shapes: list[Shape]):
 
 def pad(F, layer: mnn.Pad, xs: list, shapes: list[Shape]):
     """Blocks of the value joined before and after along the axis (MXNet's ``pad`` takes only the last axes of
-    4-D and 5-D arrays): each a one-wide slice of x, times 0, plus the value, repeated."""
+    4-D and 5-D arrays): a one-wide slice of x's shape, filled with the value, repeated."""
     x, at = xs[0], layer.axis % len(shapes[0]) + 1
-    edge = F.slice_axis(x, axis=at, begin=0, end=1) * 0.0 + layer.value
-    parts = [F.repeat(edge, repeats=n, axis=at) for n in (layer.before,) if n] + [x] + \
-        [F.repeat(edge, repeats=n, axis=at) for n in (layer.after,) if n]
+    edge = F.zeros_like(F.slice_axis(x, axis=at, begin=0, end=1)) + layer.value
+    before = [F.repeat(edge, repeats=layer.before, axis=at)] if layer.before else []
+    after = [F.repeat(edge, repeats=layer.after, axis=at)] if layer.after else []
+    parts = before + [x] + after
     return parts[0] if len(parts) == 1 else F.concat(*parts, dim=at)
 
 

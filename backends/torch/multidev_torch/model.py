@@ -115,7 +115,7 @@ FUNCTIONS: dict[type, Callable[[L.Layer, list[torch.Tensor]], torch.Tensor]] = {
     L.Transpose: lambda layer, xs: xs[0].permute(0, *(p + 1 for p in layer.perm)),
     L.Slice: lambda layer, xs: _slice(layer, xs[0]),
     L.Pad: lambda layer, xs: _pad(layer, xs[0]),
-    L.Mean: lambda layer, xs: xs[0].mean([a + 1 for a in layer.resolved("", xs[0].dim() - 1)], layer.keepdims),
+    L.Mean: lambda layer, xs: xs[0].mean(layer.batched(xs[0].dim() - 1), layer.keepdims),
 }
 
 

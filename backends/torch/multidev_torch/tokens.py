@@ -76,7 +76,7 @@ class WindowAttention(MultiHeadAttention):
 
     def __init__(self, layer: L.WindowAttention, shape: Shape) -> None:
         super().__init__(L.MultiHeadAttention(layer.heads, layer.bias), shape)
-        self.window, self.shift = layer.window, layer.shift
+        self.window = layer.window
         self.table = nn.Parameter(torch.zeros(swin.table_size(layer.window), layer.heads))
         self.register_buffer("index", torch.from_numpy(swin.relative_index(layer.window)), persistent=False)
         h, w, _ = shape

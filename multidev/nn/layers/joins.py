@@ -56,39 +56,35 @@ def broadcast(layer: Layer, node: str, shapes: list[Shape]) -> Shape:
     return tuple(out)
 
 
+class Broadcasting(Layer):
+    """An elementwise layer of its inputs broadcast as NumPy does (the batch axis apart)."""
+
+    def infer(self, node: str, shapes: list[Shape]) -> Shape:
+        return broadcast(self, node, shapes)
+
+
 @dataclass(frozen=True)
-class Mul(Layer):
-    """The elementwise product of two or more inputs, broadcast as NumPy does (the batch axis apart): gates such
-    as squeeze-and-excitation's (C, H, W) * (C, 1, 1)."""
+class Mul(Broadcasting):
+    """The elementwise product of two or more inputs: gates such as squeeze-and-excitation's (C, H, W) * (C, 1, 1)."""
 
     kind: ClassVar[str] = "mul"
     arity: ClassVar[Optional[int]] = None
 
-    def infer(self, node: str, shapes: list[Shape]) -> Shape:
-        return broadcast(self, node, shapes)
-
 
 @dataclass(frozen=True)
-class Sub(Layer):
-    """The first input minus the second, broadcast as NumPy does (the batch axis apart)."""
+class Sub(Broadcasting):
+    """The first input minus the second."""
 
     kind: ClassVar[str] = "sub"
     arity: ClassVar[Optional[int]] = 2
 
-    def infer(self, node: str, shapes: list[Shape]) -> Shape:
-        return broadcast(self, node, shapes)
-
 
 @dataclass(frozen=True)
-class Div(Layer):
-    """The first input divided by the second, broadcast as NumPy does (the batch axis apart): a normalisation
-    written out, x / sqrt(mean(x^2) + eps)."""
+class Div(Broadcasting):
+    """The first input divided by the second: a normalisation written out, x / sqrt(mean(x^2) + eps)."""
 
     kind: ClassVar[str] = "div"
     arity: ClassVar[Optional[int]] = 2
-
-    def infer(self, node: str, shapes: list[Shape]) -> Shape:
-        return broadcast(self, node, shapes)
 
 
 @dataclass(frozen=True)

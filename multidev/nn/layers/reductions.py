@@ -32,6 +32,11 @@ class Mean(Layer):
             raise MultidevError(f"{self.where(node)} names an axis twice in {self.axes}")
         return tuple(out)
 
+    def batched(self, rank: int) -> tuple[int, ...]:
+        """The axes of a batch of samples of ``rank`` axes (one past the sample's: the batch first), as engines
+        and the reference reduce them; the definition was checked when its shapes were inferred."""
+        return tuple(a + 1 for a in self.resolved(self.kind, rank))
+
     def infer(self, node: str, shapes: list[Shape]) -> Shape:
         axes = self.resolved(node, len(shapes[0]))
         if self.keepdims:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from multidev.errors import MultidevError
+from multidev.nn import swin
 from multidev.nn.layers.base import Layer, Shape, whole
 
 
@@ -21,6 +22,19 @@ def tokens(layer: Layer, node: str, shape: Shape) -> Shape:
         raise MultidevError(f"{layer.where(node)} needs tokens (L, D) but gets {shape}: Reshape and Transpose "
                             f"images (D, H, W) to (H * W, D) first")
     return shape
+
+
+def heads_fit(layer: Layer, node: str, features: int, heads: int) -> None:
+    """One line where an attention's ``features`` do not split into its ``heads``."""
+    if features % heads:
+        raise MultidevError(f"{layer.where(node)} splits {features} features into {heads} heads: make the "
+                            f"features a multiple of the heads")
+
+
+def projections(d: int, bias: bool) -> list[tuple[str, Shape, str]]:
+    """An attention's weights in torch's layout: the stacked query, key and value rows, then the output's."""
+    out = [("in_weight", (3 * d, d), "dense")] + ([("in_bias", (3 * d,), "bias")] if bias else [])
+    return out + [("out_weight", (d, d), "dense")] + ([("out_bias", (d,), "bias")] if bias else [])
 
 
 @dataclass(frozen=True)
@@ -69,15 +83,11 @@ class MultiHeadAttention(Layer):
 
     def infer(self, node: str, shapes: list[Shape]) -> Shape:
         _, d = tokens(self, node, shapes[0])
-        if d % self.heads:
-            raise MultidevError(f"{self.where(node)} splits {d} features into {self.heads} heads: make the "
-                                f"features a multiple of the heads")
+        heads_fit(self, node, d, self.heads)
         return shapes[0]
 
     def params(self, shapes: list[Shape]) -> list[tuple[str, Shape, str]]:
-        d = shapes[0][-1]
-        out = [("in_weight", (3 * d, d), "dense")] + ([("in_bias", (3 * d,), "bias")] if self.bias else [])
-        return out + [("out_weight", (d, d), "dense")] + ([("out_bias", (d,), "bias")] if self.bias else [])
+        return projections(shapes[0][-1], self.bias)
 
 
 @dataclass(frozen=True)
@@ -108,13 +118,9 @@ class WindowAttention(Layer):
         if len(shapes[0]) != 3:
             raise MultidevError(f"{self.where(node)} needs a grid of tokens (H, W, C) but gets {shapes[0]}: "
                                 f"Transpose images (C, H, W) to (H, W, C) first")
-        if shapes[0][-1] % self.heads:
-            raise MultidevError(f"{self.where(node)} splits {shapes[0][-1]} features into {self.heads} heads: "
-                                f"make the features a multiple of the heads")
+        heads_fit(self, node, shapes[0][-1], self.heads)
         return shapes[0]
 
     def params(self, shapes: list[Shape]) -> list[tuple[str, Shape, str]]:
-        d = shapes[0][-1]
-        out = [("in_weight", (3 * d, d), "dense")] + ([("in_bias", (3 * d,), "bias")] if self.bias else [])
-        out += [("out_weight", (d, d), "dense")] + ([("out_bias", (d,), "bias")] if self.bias else [])
-        return out + [("table", ((2 * self.window - 1) ** 2, self.heads), "position")]
+        table = ("table", (swin.table_size(self.window), self.heads), "position")
+        return projections(shapes[0][-1], self.bias) + [table]

@@ -51,7 +51,7 @@ def _output(r: Reader, first: int, scope: str) -> Optional[str]:
         for out in r.graph.node[i].output:
             for k in r.readers.get(out, []):
                 if k < 0 or not r.graph.node[k].name.startswith(scope):
-                    if k < 0 or k not in r.dead:
+                    if k not in r.dead:
                         ends.add(out)
                 elif r.graph.node[k].op_type != "Shape":
                     todo.append(k)
@@ -79,10 +79,12 @@ def _needed(r: Reader, source: str, end: str) -> Optional[list[int]]:
     return sorted(nodes)
 
 
-def _weights(r: Reader, nodes: list[int], scope: str, dim: int) -> Optional[dict[str, np.ndarray]]:
-    """The attention's arrays: the projections (MatMuls by constants (D, 3D) and (D, D)), the biases added to
-    them, and the (offsets, heads) table the scope gathers from; None where one is missing or twice."""
+def _weights(r: Reader, nodes: list[int], scope: str, dim: int) -> Optional[tuple[dict[str, np.ndarray], str]]:
+    """The attention's arrays, and the table's initializer (what names the layer): the projections (MatMuls by
+    constants (D, 3D) and (D, D)), the biases added to them, and the (offsets, heads) table the scope gathers
+    from; None where one is missing or twice."""
     found: dict[str, np.ndarray] = {}
+    table_name = ""
 
     def put(role: str, a: np.ndarray) -> bool:
         seen = role in found
@@ -103,17 +105,24 @@ def _weights(r: Reader, nodes: list[int], scope: str, dim: int) -> Optional[dict
         gathers = node.op_type == "Gather" and node.name.startswith(scope) and node.input[0] in r.inits
         table = r.consts[node.input[0]] if gathers else None
         side = math.isqrt(table.shape[0]) if table is not None and table.ndim == 2 else 0
-        if side and side * side == table.shape[0] and side % 2 and not put("table", table):  # type: ignore[union-attr]
-            return None
+        if side and side * side == table.shape[0] and side % 2:  # type: ignore[union-attr]
+            if not put("table", table):  # type: ignore[arg-type]
+                return None
+            table_name = node.input[0]
     whole = {"in_weight", "out_weight", "table"} <= set(found) and ("in_bias" in found) == ("out_bias" in found)
-    return found if whole else None
+    return (found, table_name) if whole else None
+
+
+def _window(table: np.ndarray) -> int:
+    """The window of a relative position table of (2 window - 1)^2 rows."""
+    return (math.isqrt(table.shape[0]) + 1) // 2
 
 
 def _shift(x: np.ndarray, y: np.ndarray, arrays: dict[str, np.ndarray]) -> Optional[int]:
     """The shift whose WindowAttention gives ``y`` for ``x``, or None: 0 where a window covers the grid (no roll at
     this size, whatever the module would do at another), else half a window (Swin's odd blocks) first."""
     table = np.asarray(arrays["table"], np.float64)
-    heads, window = table.shape[1], (math.isqrt(table.shape[0]) + 1) // 2
+    heads, window = table.shape[1], _window(table)
     args = [np.asarray(arrays[k], np.float64) if k in arrays else None
             for k in ("in_weight", "in_bias", "out_weight", "out_bias")]
     for shift in dict.fromkeys([0, window // 2, *range(1, window)]):
@@ -131,21 +140,19 @@ def shifted_window_attention(r: Reader, node) -> bool:
     shape = r.shape(r.values[source]) if source in r.values and rank(r.values[source][1]) == 4 else None
     end = _output(r, r.producer.get(node.output[0], -1), scope) if scope and shape is not None else None
     nodes = _needed(r, source, end) if end is not None else None
-    arrays = _weights(r, nodes, scope, shape[-1]) if nodes else None  # type: ignore[index]
-    if arrays is None:
+    found = _weights(r, nodes, scope, shape[-1]) if nodes else None  # type: ignore[index]
+    if found is None:
         return False
+    arrays, table_name = found
     x = np.random.default_rng(0).normal(size=(r.batch or 2, *shape)).astype(np.float32)  # type: ignore[misc]
     y = evaluate(r, source, nodes, end, x)  # type: ignore[arg-type]
     shift = _shift(x, y, arrays) if y is not None else None
     if shift is None:
         return False
-    table = arrays.pop("table")
-    window = (math.isqrt(table.shape[0]) + 1) // 2
-    layer = WindowAttention(table.shape[1], window, shift, bias="in_bias" in arrays)
-    table_name = next(n.input[0] for n in r.graph.node if n.name.startswith(scope) and n.op_type == "Gather"
-                      and n.input[0] in r.inits and r.consts[n.input[0]] is table)
+    table = arrays["table"]
+    layer = WindowAttention(table.shape[1], _window(table), shift, bias="in_bias" in arrays)
     r.emit(node, layer, [r.values[source]], r.values[source][1], hint(node, "wattn", table_name),
-           r.weights(node, {**arrays, "table": table}), out=end)
+           r.weights(node, arrays), out=end)
     r.skip.update(nodes)  # type: ignore[arg-type]
     return True
 

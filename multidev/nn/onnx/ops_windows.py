@@ -154,8 +154,7 @@ def _w_gap(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
 @writes(Mean)
 def _w_mean(w: Writer, n: NodeSpec, ins: list[str], out: str) -> None:
     """ReduceMean over the sample's axes (one past them: the batch first), as an attribute below opset 18."""
-    rank_in = len(w.shapes[n.inputs[0]])
-    axes = [a + 1 for a in n.layer.resolved(n.name, rank_in)]
+    axes = list(n.layer.batched(len(w.shapes[n.inputs[0]])))
     keep = int(n.layer.keepdims)
     if w.opset < 18:
         w.add("ReduceMean", ins, out, n.name, axes=axes, keepdims=keep)
