@@ -30,6 +30,7 @@ from multidev.rules.devices import Device
 from multidev.rules.models import ModelSpec, Param, State
 from multidev.rules.optimizers import STEP, Optimizer, check_state, slot_name
 from multidev.rules.precision import DTYPES, PRECISIONS
+from multidev.rules.sharding import LEVELS, owned_rows, padded_rows, sharded_parts
 from multidev.rules.split import DeviceShard, Placed, Shards
 
 __all__ = [
@@ -46,4 +47,6 @@ __all__ = [
     "MultiProcess", "ReplicaStates", "WaitedSteps", "cpu_flags", "first_line", "labels", "predictions", "usable_cores",
     # forms chosen by timing them on this CPU, kept per CPU kind (multidev.engines.choices)
     "KeptChoices", "cache_home", "cpu_tag", "pinned_form",
+    # the sharding rule (contract: Sharding): which rows of each array a device owns at which level
+    "LEVELS", "owned_rows", "padded_rows", "sharded_parts",
 ]

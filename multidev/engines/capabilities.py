@@ -23,11 +23,16 @@ CAPABILITIES = frozenset({
     "accumulate",       # Accumulates.accumulate: gradients of micro-batches added up before one update
     "bf16",             # precision="bf16": compute in bfloat16, parameters and optimizer state in float32
     "pending_stats",    # QueuesSteps: steps that return their sums before the step ends (PendingStats)
+    "shard_optimizer",  # shard="optimizer": each device keeps its rows of the optimizer state (ZeRO 1)
+    "shard_gradients",  # shard="gradients": and its rows of the reduced gradient, reduce-scattered (ZeRO 2)
+    "shard_parameters",  # shard="parameters": and its rows of the parameters, gathered when a step needs them (ZeRO 3)
+    "shard_processes",  # a sharded run whose devices span the processes of a group
 })
 
 
 def needed(*, dtype: str, batchnorm: str, processes: int, cpu_devices: int = 1, gpus: int = 0,
-           optimizer: Optimizer = Optimizer(), accumulate: int = 1, precision: str = "fp32") -> frozenset[str]:
+           optimizer: Optimizer = Optimizer(), accumulate: int = 1, precision: str = "fp32",
+           shard: str = "none") -> frozenset[str]:
     """The capabilities a run of these settings asks of an engine (one rule for replicas and launchers)."""
     wanted = set()
     if not optimizer.plain:
@@ -44,6 +49,10 @@ def needed(*, dtype: str, batchnorm: str, processes: int, cpu_devices: int = 1, 
         wanted.add("virtual_cpu")
     if gpus:
         wanted.add("gpu")
+    if shard != "none":
+        wanted.add(f"shard_{shard}")
+        if processes > 1:
+            wanted.add("shard_processes")
     if processes > 1:
         wanted.add("multi_process")
         if batchnorm == "sync":
@@ -75,4 +84,8 @@ _instead = {
     "optimizers": "use plain SGD (no momentum, no weight decay)",
     "accumulate": "use --accumulate 1 and a smaller batch",
     "bf16": "use --precision fp32",
+    "shard_optimizer": "use --shard none (every device keeps the whole state)",
+    "shard_gradients": "use --shard optimizer or none",
+    "shard_parameters": "use --shard gradients, optimizer or none",
+    "shard_processes": "shard over the devices of one process (--processes 1), or use --shard none",
 }

@@ -26,6 +26,7 @@ from multidev.rules.devices import Device
 from multidev.rules.models import ModelSpec, State
 from multidev.rules.optimizers import Optimizer
 from multidev.rules.precision import check_accumulate, check_dtype, check_precision
+from multidev.rules.sharding import check_level, owned_rows
 from multidev.rules.split import Shards
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ class Setup:
     #: an engine that compiles a program per shape may pad a shorter batch (an epoch's last, or evaluation's)
     #: to a full one's shard length, so that one program runs every step
     rows: Optional[int] = None
+    #: what each device keeps only its rows of (contract: Sharding): "none", "optimizer", "gradients", "parameters"
+    shard: str = "none"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "devices", tuple(Device.parse(d) for d in self.devices))
@@ -65,6 +68,7 @@ class Setup:
         check_dtype(self.dtype)
         check_precision(self.precision, self.dtype)
         object.__setattr__(self, "accumulate", check_accumulate(self.accumulate))
+        check_level(self.shard)
         if self.rows is not None and (not isinstance(self.rows, int) or self.rows < 1):
             raise MultidevError(f"rows must be a positive whole number or None, got {self.rows!r}")
 
@@ -76,12 +80,23 @@ class Setup:
     def np_dtype(self) -> np.dtype:
         return np.dtype(self.dtype)
 
+    @property
+    def job_devices(self) -> int:
+        """Devices of the whole job: what a sharded run splits each array's rows over."""
+        return len(self.devices) * self.group.size
+
+    def owned(self, rows: int) -> list[tuple[int, int]]:
+        """``[start, end)`` of an array's rows that each of this process's devices owns under the sharding rule
+        (job-wide device ``rank * len(devices) + i``, rank-major as the batch split)."""
+        k = len(self.devices)
+        return owned_rows(rows, self.job_devices)[self.group.rank * k:(self.group.rank + 1) * k]
+
     def needs(self) -> frozenset[str]:
         """The capabilities an engine must claim to run this setup."""
         return needed(dtype=self.dtype, batchnorm=self.batchnorm, processes=self.group.size,
                       cpu_devices=sum(d.kind == "cpu" for d in self.devices),
                       gpus=sum(d.kind == "gpu" for d in self.devices), optimizer=self.optimizer,
-                      accumulate=self.accumulate, precision=self.precision)
+                      accumulate=self.accumulate, precision=self.precision, shard=self.shard)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,10 @@ class Result:
     recipe: dict[str, Any] = field(default_factory=dict)
     #: the job's restarts after a fault (``--max-restarts``): attempt, failed, how, epoch, step
     restarts: list[dict[str, Any]] = field(default_factory=list)
+    #: what each device keeps only its rows of (contract: Sharding)
+    shard: str = "none"
+    #: bytes each of the job's devices keeps of "parameters", "gradients" (reduced) and "optimizer" state
+    memory: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def test_acc(self) -> Optional[float]:

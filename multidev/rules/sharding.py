@@ -62,9 +62,11 @@ def gather(parts: Sequence[np.ndarray]) -> np.ndarray:
     return np.concatenate(list(parts), axis=0)
 
 
-def device_bytes(shapes: Mapping[str, tuple[int, ...]], itemsize: int, devices: int, sharded: bool) -> list[int]:
+def device_bytes(shapes: Mapping[str, tuple[int, ...]], itemsize: int, devices: int, sharded: bool,
+                 padded: bool = False) -> list[int]:
     """Bytes of arrays of ``shapes`` on each device: their whole on every device, or each device's rows under the
-    rule (what a run records for its parameters, gradients and optimizer state per device)."""
+    rule (what a run records for its parameters, gradients and optimizer state per device); ``padded``: every
+    device's part padded to the largest (an engine whose framework wants equal parts, as XLA's shardings)."""
     out = [0] * devices
     for shape in shapes.values():
         if not shape or not sharded:
@@ -72,7 +74,9 @@ def device_bytes(shapes: Mapping[str, tuple[int, ...]], itemsize: int, devices: 
             out = [b + size for b in out]
             continue
         per_row = math.prod(shape[1:]) * itemsize
-        out = [b + (end - start) * per_row for b, (start, end) in zip(out, owned_rows(shape[0], devices))]
+        rows = [padded_rows(shape[0], devices)] * devices if padded else \
+            [end - start for start, end in owned_rows(shape[0], devices)]
+        out = [b + n * per_row for b, n in zip(out, rows)]
     return out
 
 
@@ -80,4 +84,15 @@ def sharded_parts(level: str) -> dict[str, bool]:
     """Which of the parameters, gradients and optimizer state a level shards (ZeRO 1: the optimizer state; 2: and
     the gradients; 3: and the parameters)."""
     rank = LEVELS.index(check_level(level))
-    return {"optimizer": rank >= 1, "gradients": rank >= 2, "parameters": rank >= 3}
+    return {"parameters": rank >= 3, "gradients": rank >= 2, "optimizer": rank >= 1}
+
+
+def per_device(shapes: Mapping[str, tuple[int, ...]], slots: int, itemsize: int, devices: int,
+               level: str, padded: bool = False) -> dict[str, list[int]]:
+    """Bytes each of the job's devices keeps of the parameters, the reduced gradient and the optimizer state
+    (``slots`` arrays of each parameter's shape) at ``level``: what a run's JSON result records (the step count,
+    8 bytes, left out)."""
+    parts = sharded_parts(level)
+    return {part: [(slots if part == "optimizer" else 1) * b
+                   for b in device_bytes(shapes, itemsize, devices, parts[part], padded)] for part in parts}
+

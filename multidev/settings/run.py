@@ -31,6 +31,7 @@ from multidev.rules.numbers import whole_number
 from multidev.rules.optimizers import OPTIMIZERS, Optimizer
 from multidev.rules.precision import DTYPES, PRECISIONS, check_dtype, check_precision
 from multidev.rules.schedules import SCHEDULES, Schedule, parse_milestones
+from multidev.rules.sharding import LEVELS, check_level
 from multidev.settings import fields as _fields
 from multidev.settings.fields import setting
 from multidev.settings.recipe import Recipe
@@ -172,6 +173,9 @@ class Settings:
                              "whole minibatch's", choices=BATCHNORM_MODES, check=check_batchnorm)
     dtype: str = setting("float32", "--dtype", "float64 (engines that claim it): the truth that float32 runs are "
                          "measured against", choices=DTYPES, check=check_dtype, commands=("train",))
+    shard: str = setting("none", "--shard", "what each device keeps only its rows of: optimizer (state), gradients "
+                         "(and reduced gradients), parameters (and parameters, gathered for each step); ZeRO's stages "
+                         "1-3. The answers do not change", choices=LEVELS, check=check_level)
     # the recipe: checked together when the Recipe is made
     optimizer: str = setting("sgd", "--optimizer", "sgd or adamw", choices=OPTIMIZERS, group=RECIPE)
     momentum: float = setting(0.0, "--momentum", "sgd's momentum, in [0, 1)", type=float, text=repr, group=RECIPE)
@@ -252,6 +256,7 @@ class Settings:
         check_precision(self.precision, self.dtype)
         if self.checkpoint_every is not None and self.checkpoint is None and not self.max_restarts:
             raise MultidevError("--checkpoint-every needs --checkpoint PATH (or --max-restarts): the file to save to")
+        _check_sharded_job(self)
         if self.resume == AUTO and self.checkpoint is None:
             raise MultidevError("--resume auto needs --checkpoint PATH: the file it resumes from when it exists")
         object.__setattr__(self, "_recipe", recipe)
@@ -287,7 +292,9 @@ class Settings:
         where = f" x{self.device_count}" if self.processes == 1 else f" {self.processes}p x{self.device_count}"
         gpu = " GPU" if self.gpus is not None else ""
         number = "" if self.dtype == "float32" else f" {self.dtype}"
-        return self.engine_name + where + gpu + number + ("" if self.precision == "fp32" else f" {self.precision}")
+        shard = "" if self.shard == "none" else f" shard={self.shard}"
+        return (self.engine_name + where + gpu + number + ("" if self.precision == "fp32" else f" {self.precision}")
+                + shard)
 
     def replace(self, **changes: Any) -> "Settings":
         """These settings with ``changes``, checked again."""
@@ -337,6 +344,19 @@ class Settings:
         out["dataset"] = self.dataset.name if isinstance(self.dataset, Dataset) else self.dataset
         out["model"] = None if self.model is None else sources.text(self.model)  # a definition object as JSON text
         return out
+
+
+def _check_sharded_job(s: Settings) -> None:
+    """A job whose state is sharded over its processes gathers it on every rank at once: every rank must know
+    when, so a checkpoint's rhythm is a count of updates, and the trace (rank 0's alone) is refused."""
+    if s.shard == "none" or s.processes * s.nnodes == 1:
+        return
+    if isinstance(s.checkpoint_every, str):
+        raise MultidevError(f"--checkpoint-every {s.checkpoint_every} with --shard {s.shard} over processes: every "
+                            f"process gathers the checkpoint at once, so give a count of updates (e.g. 50)")
+    if s.trace is not None:
+        raise MultidevError(f"--trace with --shard {s.shard} over processes: trace a run of one process, or "
+                            f"use --shard none")
 
 
 DEFAULTS = {f.name: f.default for f, _ in _fields.fields(Settings)}

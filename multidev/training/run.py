@@ -26,6 +26,7 @@ from multidev.processes.job import Job
 from multidev.rules.devices import Device, cpu_devices_wanted, resolve_devices
 from multidev.rules.models import ModelSpec, State
 from multidev.rules.optimizers import check_state
+from multidev.rules.sharding import per_device
 from multidev.rules.split import shard_sizes
 from multidev.settings.recipe import Recipe
 from multidev.settings.run import Settings
@@ -101,7 +102,10 @@ class Training:
             return
         stateful = not s.recipe.optimizer.plain  # engines that claim optimizers hold state to keep
         extra = self.replicas.optimizer_state() if stateful else {}  # type: ignore[attr-defined]
-        ckpt.save(s.checkpoint, self.spec, self.replicas.state(), epoch=epoch, seed=self.seed,
+        state = self.replicas.state()  # a job sharded over its processes gathers it on every rank at once
+        if not self.job.writer:
+            return
+        ckpt.save(s.checkpoint, self.spec, state, epoch=epoch, seed=self.seed,
                   backend=self.engine.name, history=[vars(e) for e in self.result.epochs],
                   position=vars(position) if position else None, recipe=s.recipe.settings(), optimizer_state=extra,
                   settings=run_settings(s, self.data.name), **self.inputs())
@@ -166,7 +170,14 @@ def _result(engine: Backend, s: Settings, spec: ModelSpec, data: Dataset, device
         f"rank{r}/{d}" for r in range(job.group.size) for d in devices]
     return Result(backend=engine.name, devices=names, model=spec.name, dataset=data.name, batch_size=s.batch_size,
                   lr=float(s.lr), seed=start.seed, batchnorm=s.batchnorm, test_total=len(data.x_test),
-                  epochs=start.history, version=engine_version(engine), recipe=s.recipe.settings())
+                  epochs=start.history, version=engine_version(engine), recipe=s.recipe.settings(), shard=s.shard,
+                  memory=memory(spec, s, len(devices) * job.group.size))
+
+
+def memory(spec: ModelSpec, s: Settings, devices: int) -> dict[str, list[int]]:
+    """Bytes each device keeps of the parameters, reduced gradient and optimizer state (contract: Sharding)."""
+    shapes = {p.name: tuple(p.shape) for p in spec.params() if p.trainable}
+    return per_device(shapes, len(s.recipe.optimizer.slots), np.dtype(s.dtype).itemsize, devices, s.shard)
 
 
 def dataset_of(s: Settings, devices: int, progress: bool = False) -> Dataset:
@@ -269,7 +280,8 @@ def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch =
         warn_other_normalization(spec.graph, s.normalize)
     start = resume_from(s, spec, data.name, job.writer) if s.resume is not None else Start(spec.init(s.seed), s.seed)
     setup = Setup(spec, tuple(chosen), s.batchnorm, s.dtype, job.group, optimizer=s.recipe.optimizer,
-                  accumulate=s.accumulate, precision=s.precision, tf32=s.tf32, rows=s.batch_size)
+                  accumulate=s.accumulate, precision=s.precision, tf32=s.tf32, rows=s.batch_size,
+                  shard=s.shard)
     s.recipe.schedule.check(steps_per_epoch(data, s), s.epochs)
     replicas = replicate(engine, setup, start.state)
     if start.optimizer_state is not None:
@@ -295,7 +307,9 @@ def run_in_group(engine: Backend, joined: Joined, s: Settings, on_epoch: OnEpoch
         job = Job(joined.group, engine.all_sum)  # type: ignore[attr-defined]
         job.check_agreement(s.agreement())
         if not job.writer:  # one writer, one progress bar, one set of epoch lines
-            s = s.replace(checkpoint=None, checkpoint_every=None, trace=None, json=None, plot=None, progress=False)
+            # a job sharded over its processes gathers a checkpoint's state on every rank: they save together
+            kept = {} if s.shard != "none" else {"checkpoint": None, "checkpoint_every": None}
+            s = s.replace(**kept, trace=None, json=None, plot=None, progress=False)
             on_epoch = None
         result = run_here(engine, s, job, on_epoch, joined.local_rank)
     except BaseException as exc:

@@ -50,3 +50,15 @@ def test_a_device_holds_its_rows_bytes():
     assert sharding.device_bytes(shapes, 4, 4, sharded=False) == [136] * 4
     assert sharding.device_bytes(shapes, 4, 4, sharded=True) == [36 + 4 + 4, 36 + 4 + 4, 36 + 4 + 4, 12 + 0 + 4]
     assert sum(sharding.device_bytes({"w": (10, 3)}, 8, 4, sharded=True)) == 240
+
+
+def test_per_device_bytes_follow_the_level():
+    from multidev.rules.sharding import per_device
+
+    shapes = {"w": (5, 2), "b": (5,)}  # 15 numbers: rows 3 + 2 of each
+    plain = per_device(shapes, 2, 8, 2, "none")
+    assert plain == {"parameters": [120, 120], "gradients": [120, 120], "optimizer": [240, 240]}
+    assert per_device(shapes, 2, 8, 2, "optimizer")["optimizer"] == [2 * 72, 2 * 48]
+    assert per_device(shapes, 2, 8, 2, "gradients")["gradients"] == [72, 48]
+    third = per_device(shapes, 1, 8, 2, "parameters", padded=True)
+    assert third == {"parameters": [72, 72], "gradients": [72, 72], "optimizer": [72, 72]}

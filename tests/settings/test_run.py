@@ -44,6 +44,7 @@ OFF_DEFAULT = {
     "warmup_steps": {"warmup_steps": 4},
     "warmup_epochs": {"warmup_epochs": 1.5},
     "accumulate": {"accumulate": 2},
+    "shard": {"shard": "parameters"},
     "precision": {"precision": "bf16"},
     "tf32": {"tf32": True},
     "processes": {"processes": 2},
@@ -136,6 +137,11 @@ def test_train_signature_lists_every_setting():
     ({"shard_weights": "a,b"}, "shard_weights takes one number per device, e.g. (1, 2); got 'a,b'"),
     ({"dataset": (list(range(1000)), [0])}, "dataset got a tuple: wrap your arrays as multidev.data.arrays("),
     ({"image_size": 100000}, "--image-size takes a size of 1 to 4096"),
+    ({"shard": "zero3"}, "shard must be one of none, optimizer, gradients, parameters (ZeRO's stages 0-3), got "
+                         "'zero3'"),
+    ({"shard": "optimizer", "processes": 2, "checkpoint": "c.npz", "checkpoint_every": "10m"},
+     "--checkpoint-every 10m with --shard optimizer over processes: every process gathers the checkpoint at once"),
+    ({"shard": "parameters", "nnodes": 2, "trace": "t"}, "--trace with --shard parameters over processes"),
 ])
 def test_a_bad_setting_is_one_line_when_made(kwargs, line):
     with pytest.raises(MultidevError, match=line.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):

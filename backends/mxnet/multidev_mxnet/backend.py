@@ -20,7 +20,8 @@ class MXNetBackend(MultiProcess):
     name = "mxnet"
     #: bf16 joins these where this CPU's oneDNN computes it (see bf16_support.py)
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process", "optimizers",
-                              "accumulate", "pending_stats"})
+                              "accumulate", "pending_stats", "shard_optimizer", "shard_gradients",
+                              "shard_parameters"})
     frameworks = ("mxnet",)
     #: every layer of the model language: the kit's layer checks hold the engine to it
     layers = frozenset(LAYERS)

@@ -125,14 +125,14 @@ def gluon_optimizer(optimizer: Optimizer) -> mx.optimizer.Optimizer:
     return mx.optimizer.SGD(wd=optimizer.weight_decay, learning_rate=0.0)
 
 
-def _slots(state) -> tuple:
+def slots(state) -> tuple:
     """One updater state as a tuple in slot order (empty: none created yet, or none kept)."""
     if state is None:
         return ()
     return tuple(state) if isinstance(state, (tuple, list)) else (state,)
 
 
-def _holders(trainer: mx.gluon.Trainer) -> list:
+def holders(trainer: mx.gluon.Trainer) -> list:
     """The updaters that hold the optimizer's state: the kvstore's when it updates, else one per context."""
     if not trainer._kv_initialized:
         trainer._init_kvstore()  # what the first step would do; the kvstore's keys still start at that step
@@ -144,13 +144,20 @@ def _holders(trainer: mx.gluon.Trainer) -> list:
 def read_state(trainer: mx.gluon.Trainer, optimizer: Optimizer, names: list[str], dtype: np.dtype) -> State:
     """The optimizer's state in canonical names: the update count, then each slot of each parameter."""
     state: State = {STEP: np.array(trainer.optimizer.num_update, np.int64)}  # every index, every context alike
-    held = _holders(trainer)[0].states
+    held = holders(trainer)[0].states
     for index, (name, param) in enumerate(zip(names, trainer._params)):
-        arrays = _slots(held.get(index))
+        arrays = slots(held.get(index))
         for j, slot in enumerate(optimizer.slots):
             value = arrays[j].asnumpy() if arrays else np.zeros(param.shape)
             state[slot_name(slot, name)] = value.astype(dtype, copy=False)
     return state
+
+
+def resume_count(opt: mx.optimizer.Optimizer, step: int) -> None:
+    """MXNet's update counts (per index and context) start afresh from ``step``: the next update is step + 1."""
+    opt.begin_num_update = opt.num_update = step
+    opt._all_index_update_counts = {0: {}}
+    opt._index_update_count = opt._all_index_update_counts[0]
 
 
 def write_state(trainer: mx.gluon.Trainer, optimizer: Optimizer, names: list[str], state: State) -> None:
@@ -160,13 +167,11 @@ def write_state(trainer: mx.gluon.Trainer, optimizer: Optimizer, names: list[str
     the kvstore's) next update is number step + 1, as AdamW's bias correction needs.
     """
     opt, step = trainer.optimizer, int(state[STEP])
-    opt.begin_num_update = opt.num_update = step
-    opt._all_index_update_counts = {0: {}}
-    opt._index_update_count = opt._all_index_update_counts[0]
-    for updater in _holders(trainer):
+    resume_count(opt, step)
+    for updater in holders(trainer):
         for index, (name, param) in enumerate(zip(names, trainer._params)):
             created = opt.create_state_multi_precision(index, param.data(trainer._contexts[0]))
-            for array, slot in zip(_slots(created), optimizer.slots):
+            for array, slot in zip(slots(created), optimizer.slots):
                 array[:] = nd.array(np.asarray(state[slot_name(slot, name)]), ctx=array.context, dtype=array.dtype)
             # moved to the updater's weights (a context, or the kvstore's) on its first update
             updater.states[index], updater.states_synced[index] = created, False

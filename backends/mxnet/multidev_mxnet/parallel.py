@@ -46,7 +46,7 @@ from multidev.engine import (STEP, DeviceShard, MultidevError, Placed, ReplicaSt
                              StepStats, WaitedSteps,
                              check_state, first_line, labels, predictions, run_lockstep, statistic_sources)
 
-from . import distributed, optimizers
+from . import distributed, optimizers, sharding
 from .batchnorm import StatsExchange
 from .devices import kvstore_type, mx_context
 from .model import batchnorms, bfloat16, build, canonical_params, hybridize, trace
@@ -146,6 +146,8 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
         self._host_sum: Optional[tuple] = None  # made at the first sum over processes: (HostSum, slot, total)
         self.trainer: Optional[gluon.Trainer] = None
         self._updates = 0  # the update count where there is nothing to train, so no Trainer counts them
+        #: the rows each device owns (setup.shard, see .sharding); None: every device keeps the whole
+        self._shard = sharding.Sharded(self) if setup.shard != "none" else None
         self.load_state(state)
 
     # Shard -----------------------------------------------------------------
@@ -199,6 +201,8 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
         if self.net.dropouts and batch.host.masks is None:
             raise MultidevError(f"{self.spec.name} has Dropout ({', '.join(self.net.dropouts)}) but the core's masks "
                                 f"are missing: a training batch needs Shards.masks (multidev.rules.dropout)")
+        if self._shard is not None:
+            self._shard.ready(train=True)
         outputs = self._forward(batch, active, total) if active else {}
         if active and self._trainable:  # nothing to differentiate otherwise: autograd would refuse
             autograd.backward([outputs[i].loss for i in active])  # one call: sync BN links the contexts
@@ -294,7 +298,9 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
     # Protocol --------------------------------------------------------------
     def queue_step(self, batch: Batch, lr: float) -> Sums:
         stats, _ = self._backward(batch)  # each context holds its gradient (added to earlier micro-batches)
-        if self.trainer is None:
+        if self._shard is not None:
+            self._shard.step(lr)
+        elif self.trainer is None:
             self._updates += 1
         elif self.dist:
             self.trainer.set_learning_rate(lr)
@@ -305,6 +311,8 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
             self.trainer.step(1)
         self._zero_grads()
         self._holding = False
+        if self._shard is not None:
+            self._shard.release()
         self._sync_statistics(batch)
         return stats
 
@@ -313,10 +321,14 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
             raise MultidevError("accumulate adds micro-batches up: build the replicas with Setup(accumulate=N), N > 1")
         stats, _ = self._backward(batch)
         self._holding = True
+        if self._shard is not None:
+            self._shard.release(keep_gradients=True)
         self._sync_statistics(batch)
         return stats
 
     def gradients(self, batch: Batch) -> State:
+        if self._shard is not None:
+            return self._shard.gradients(batch)
         saved = self._snapshot()  # MXNet's BatchNorm updates running statistics in backward
         held = [[g.copy() for g in p.list_grad()] for p in self._trainable] if self._holding else None
         self._zero_grads()
@@ -336,20 +348,29 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
         return grads
 
     def optimizer_state(self) -> State:
+        if self._shard is not None:
+            return self._shard.optimizer_state()
         if self.trainer is None:
             return {STEP: np.array(self._updates, np.int64)}
         return optimizers.read_state(self.trainer, self.setup.optimizer, self.spec.trainable(), self.dtype)
 
     def load_optimizer_state(self, state: State) -> None:
         check_state(self.setup.optimizer, self.spec, state)
-        if self.trainer is None:
+        if self._shard is not None:
+            self._shard.load_optimizer_state(state)
+        elif self.trainer is None:
             self._updates = int(state[STEP])
-            return
-        optimizers.write_state(self.trainer, self.setup.optimizer, self.spec.trainable(), state)
+        else:
+            optimizers.write_state(self.trainer, self.setup.optimizer, self.spec.trainable(), state)
 
     def _eval_logits(self, batch: list[Shard]) -> list[tuple[Shard, mx.nd.NDArray]]:
         """Inference-mode logits of every non-empty shard, all contexts queued before any is read."""
-        return [(s, self._compute(s.x, *self.net.ones(s.size, s.x.context, self.dtype))) for s in batch if s.size]
+        if self._shard is not None:
+            self._shard.ready(train=False)
+        logits = [(s, self._compute(s.x, *self.net.ones(s.size, s.x.context, self.dtype))) for s in batch if s.size]
+        if self._shard is not None:
+            self._shard.release(keep_gradients=self._holding)
+        return logits
 
     def evaluate(self, batch: list[Shard]) -> StepStats:
         parts = [(self._ce(logits, s.y).sum(), (logits.argmax(axis=1) == s.y).sum(), s.size)
@@ -364,10 +385,24 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
 
     def replica_state(self, device: int) -> State:
         ctx = self.contexts[device]
+        if self._shard is not None:
+            whole = self._shard.whole_parameters(device)
+            return {p.name: whole[p.name] if p.name in whole else self._params[p.name].data(ctx).asnumpy()
+                    for p in self.spec.params()}
         return {p.name: self._params[p.name].data(ctx).asnumpy() for p in self.spec.params()}
+
+    def held_bytes(self) -> list[dict[str, int]]:
+        """Per device, the bytes of the trainable parameters and of the optimizer state it keeps between updates."""
+        return self._shard.held_bytes() if self._shard is not None else sharding.replicated_held(self)
 
     def load_state(self, state: State) -> None:
         self.spec.check(state)
+        if self._shard is not None:  # no Trainer: the devices' updaters keep the optimizer's state
+            for name, param in zip(self.spec.statistics(), self._statistics):
+                param.set_data(nd.array(np.asarray(state[name], self.dtype), ctx=self.contexts[0], dtype=self.dtype))
+            self._shard.load(state)
+            self.trainer, self._reducer = None, None
+            return
         carried = self.optimizer_state() if self.trainer is not None else None
         for name, param in self._params.items():
             param.set_data(nd.array(np.asarray(state[name], self.dtype), ctx=self.contexts[0], dtype=self.dtype))

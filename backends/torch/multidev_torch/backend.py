@@ -17,7 +17,8 @@ class TorchBackend(MultiProcess):
     name = "torch"
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process",
                               "sync_batchnorm_processes", "optimizers", "accumulate", "bf16",
-                              "pending_stats"})
+                              "pending_stats", "shard_optimizer", "shard_gradients", "shard_parameters",
+                              "shard_processes"})
     frameworks = ("torch",)
     #: every layer of the model language: the kit's layer checks hold the engine to it
     layers = frozenset(LAYERS)

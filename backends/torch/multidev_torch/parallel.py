@@ -17,6 +17,7 @@ job, over the processes (``all_sum_tensors``).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from .batchnorm import BatchNorm
 from .devices import torch_device
 from .distributed import all_sum_tensors, host_sum
 from .model import MASKS_MISSING, Masks, build
+from .sharding import Owners
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,10 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         self.load_state(state)
         # a definition without parameters (an imported graph of operations) has nothing to train: no optimizer
         self._trains = any(True for _ in base.parameters())
+        #: a sharded run's owners of each parameter's rows and their optimizers (sharding.py); None: replicated
+        self._owners = Owners(setup, self.models, self._layout) if setup.shard != "none" and self._trains else None
         self.optimizers = [optimizers.torch_optimizer(setup.optimizer, m.parameters()) for m in self.models] \
-            if self._trains else []
+            if self._trains and self._owners is None else []
         self._updates = 0      # optimizer.step: updates done
         self._holding = False  # replicas' .grad hold micro-batches of an update not yet made
         self._bf16 = setup.precision == "bf16"
@@ -156,6 +160,8 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         active = batch.host.active
         if self.processes > 1 and self.sync:
             active = list(range(len(batch)))  # an empty shard still joins every BatchNorm exchange
+        if self._owners is not None:
+            self._owners.gather()  # the whole parameters for this pass, from their owners
         for model in self.models:
             model.train()
             if not self._holding:
@@ -284,14 +290,30 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
     def queue_step(self, batch: Batch, lr: float) -> Sums:
         stats = self._backward(batch)
         with torch.no_grad():
-            self._reduce()
-            for opt in self.optimizers:
-                for group in opt.param_groups:
-                    group["lr"] = lr
-                opt.step()
+            if self._owners is not None:
+                self._sharded_update(lr)
+            else:
+                self._reduce()
+                for opt in self.optimizers:
+                    for group in opt.param_groups:
+                        group["lr"] = lr
+                    opt.step()
             self._updates += 1
             self._sync_statistics(batch)
         return stats
+
+    def _sharded_update(self, lr: float) -> None:
+        """Each owner's rows of the gradient (all-reduced, or reduce-scattered in one process), its update, and the
+        rows gathered back (contract: Sharding)."""
+        owners = self._owners
+        assert owners is not None
+        if owners.parts["gradients"] and self.processes == 1:
+            self._holding = False
+            owners.scatter(summed=False)
+        else:  # across processes the replicated run's sums, so the same additions; each owner keeps its rows
+            self._reduce()
+            owners.scatter(summed=True)
+        owners.step(lr)
 
     def queue_accumulate(self, batch: Batch) -> Sums:
         stats = self._backward(batch)  # added to the gradients the replicas hold
@@ -304,22 +326,29 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         with self._frozen_statistics():
             self._backward(batch)
         self._reduce()
-        return {name: p.grad.detach().cpu().numpy().copy() for name, p in self.models[0].named_parameters()}
+        grads = {name: p.grad.detach().cpu().numpy().copy() for name, p in self.models[0].named_parameters()}
+        if self._owners is not None:
+            self._owners.release()
+        return grads
 
     def optimizer_state(self) -> State:
-        """Device 0's torch optimizer state under canonical names."""
+        """Device 0's torch optimizer state under canonical names (sharded: gathered from its owners)."""
+        if self._owners is not None:
+            return self._owners.optimizer_state(self._updates)
         return optimizers.read_state(self.optimizers[0] if self.optimizers else None, self.setup.optimizer,
                                      dict(self.models[0].named_parameters()), self.spec.trainable(), self._updates)
 
     def load_optimizer_state(self, state: State) -> None:
         """Canonical state into every replica's torch optimizer (none: only the update count)."""
         self._updates = int(state[STEP])
+        if self._owners is not None:
+            self._owners.load_optimizer_state(state)
         for opt, model in zip(self.optimizers, self.models):
             optimizers.write_state(opt, self.setup.optimizer, dict(model.named_parameters()), state)
 
     def _eval_logits(self, batch: Batch) -> list[torch.Tensor]:
         """Inference-mode logits of the non-empty shards, under the training's precision, in the parameters' dtype."""
-        with torch.no_grad(), self._flags():
+        with torch.no_grad(), self._flags(), self._whole():
             out = []
             for i, (model, shard) in enumerate(zip(self.models, batch)):
                 model.eval()
@@ -338,10 +367,29 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         parts = [logits.cpu().numpy() for logits in self._eval_logits(batch)]
         return predictions(parts, self.spec.num_classes, self.setup.np_dtype)
 
+    def _whole(self) -> ContextManager[None]:
+        """The whole parameters for a pass that does not update (a sharded run's gathered, released after)."""
+        return self._owners.gathered() if self._owners is not None else contextlib.nullcontext()
+
     def replica_state(self, device: int) -> State:
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.models[device].state_dict().items()}
+        with self._whole():
+            return {k: v.detach().cpu().numpy().copy() for k, v in self.models[device].state_dict().items()}
 
     def load_state(self, state: State) -> None:
         self.spec.check(state)
+        owners = getattr(self, "_owners", None)  # made after the first load
+        if owners is not None:
+            owners.gather()
         for model in self.models:
             model.load_state_dict({k: torch.from_numpy(np.array(v)).to(self.dtype) for k, v in state.items()})
+        if owners is not None:
+            owners.load(state)
+
+    def held_bytes(self) -> list[dict[str, int]]:
+        """Each device's bytes of parameters and optimizer state between updates (contract: Sharding)."""
+        if self._owners is not None:
+            return self._owners.held_bytes()
+        return [{"parameters": sum(p.nbytes for p in model.parameters()),
+                 "optimizer": sum(v.nbytes for s in opt.state.values() for k, v in s.items()
+                                  if k != "step" and isinstance(v, torch.Tensor)) if opt else 0}
+                for model, opt in zip(self.models, self.optimizers or [None] * len(self.models))]

@@ -1,0 +1,236 @@
+"""Sharded data parallelism (ZeRO stages 1-3) on Gluon's contexts, done by hand: MXNet 1.9 has none (#17768).
+
+Each trainable parameter's rows (axis 0: MXNet's layouts are the canonical
+ones) are owned by the devices as the core's rule says (``Setup.owned``).
+At an update every device sums its rows of the contexts' gradients in the
+order the replicated run's kvstore sums them (:func:`reduce_sum`, so the
+bits are its) and runs the same Gluon optimizer, one updater of
+its own per device, on those rows only: the optimizer's kernels work value by
+value, so its rows come out as the replicated update's. Then:
+
+- ``optimizer``: the updated rows are concatenated on every context, new
+  whole parameters (the updater's state is each device's rows only);
+- ``gradients``: and the whole gradients are dropped after the update (and
+  from autograd's marks), made afresh, zero, before the next backward;
+- ``parameters``: and each Gluon Parameter holds only its device's rows
+  between steps, gathered into whole arrays (and marked for autograd) when a
+  forward, an evaluation or a state read needs them, released after it.
+
+BatchNorm's running statistics are not trainable: they stay whole, as the
+replicated path keeps them. One process only: the rows cross contexts, not
+processes (the engine does not claim ``shard_processes``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from multidev.engine import STEP, MultidevError, State, slot_name
+
+from . import optimizers
+from .devices import kvstore_type
+from .runtime import mxnet
+
+#: parallel's MXNetReplicas and its Batch (not imported: parallel imports this module)
+Replicas = Batch = Any
+
+mx = mxnet()
+
+nd = mx.nd
+
+
+def reduce_sum(parts: list, local: bool) -> mx.nd.NDArray:
+    """The contexts' arrays summed as the replicated run's kvstore sums them, so that the bits are its.
+
+    ``local`` (CPU contexts; CommCPU's ReduceSumCPU, measured against it for 2 to 6): the first plus groups of up
+    to four, each added left to right; ``device``: CommDevice's ElementwiseSum, which is ``add_n``.
+    """
+    if len(parts) == 1 or not local:
+        return parts[0] if len(parts) == 1 else nd.add_n(*parts)
+    total = parts[0]
+    for start in range(1, len(parts), 4):
+        group = parts[start]
+        for part in parts[start + 1:start + 4]:
+            group = group + part
+        total = total + group
+    return total
+
+
+def _bytes(arrays) -> int:
+    return sum(a.size * np.dtype(a.dtype).itemsize for a in arrays if a is not None)
+
+
+class Sharded:
+    """The rows each of this process's devices owns of the trainable parameters, and their optimizer state."""
+
+    def __init__(self, reps: Replicas) -> None:
+        setup = reps.setup
+        if setup.group.size > 1:
+            raise MultidevError("the mxnet engine shards over the devices of one process: use --processes 1, "
+                                "or --shard none")
+        self.reps, self.contexts, self.dtype = reps, reps.contexts, reps.dtype
+        self.released = setup.shard == "parameters"  # Parameters hold their rows between steps
+        self.drops = setup.shard in ("gradients", "parameters")  # whole gradients freed after an update
+        self.params = reps._trainable
+        self.names = setup.spec.trainable()
+        self.ranges = [setup.owned(p.shape[0]) for p in self.params]  # per parameter, per device: [a, b)
+        self.optimizer = optimizers.gluon_optimizer(setup.optimizer)
+        self.updaters = [mx.optimizer.get_updater(self.optimizer) for _ in self.contexts]
+        #: level "parameters": device i's rows of parameter j (None: it owns none), what Parameter j holds there
+        self.rows: list[list[Optional[mx.nd.NDArray]]] = [[None] * len(self.params) for _ in self.contexts]
+        self.local = kvstore_type(self.contexts) == "local"  # how the replicated run's kvstore sums
+        self.steps = 0
+        self.gathered = not self.released  # whether the Parameters hold whole arrays
+        self.marked = False  # whether autograd knows the Parameters' current arrays and gradients
+
+    # Parameters whole where a step needs them --------------------------------
+    def ready(self, train: bool) -> None:
+        """Whole parameters on every context (gathered at level ``parameters``), and for training, gradients
+        marked on them (made afresh, zero, where they were dropped)."""
+        if not self.gathered:
+            for j, param in enumerate(self.params):
+                param._data = [self._whole(j, ctx) for ctx in self.contexts]
+            self.gathered, self.marked = True, False
+        if not train or self.marked:
+            return
+        for param in self.params:
+            if param._grad is None:
+                param._grad = [nd.zeros(param.shape, ctx, dtype=self.dtype) for ctx in self.contexts]
+            mx.autograd.mark_variables(param._data, param._grad, param.grad_req)
+        self.marked = True
+
+    def release(self, keep_gradients: bool = False) -> None:
+        """Between steps: each Parameter back to its device's rows (level ``parameters``); gradients dropped
+        where the level drops them and no micro-batch still adds to them."""
+        if self.drops and not keep_gradients:
+            for param in self.params:
+                param._grad = None
+        if self.released:
+            for j, param in enumerate(self.params):
+                param._data = [self.rows[i][j] for i in range(len(self.contexts))]
+            self.gathered = False
+        if self.released or (self.drops and not keep_gradients):
+            self.marked = False
+
+    def _whole(self, j: int, ctx) -> mx.nd.NDArray:
+        """Parameter j whole on ``ctx``, from every device's rows (a new array: the rows stay the master)."""
+        parts = [rows[j].as_in_context(ctx) for rows in self.rows if rows[j] is not None]
+        return nd.concat(*parts, dim=0) if len(parts) > 1 else parts[0].copyto(ctx)
+
+    # The update --------------------------------------------------------------
+    def step(self, lr: float) -> None:
+        """Every device updates its rows with its rows of the summed gradient; the rows are then gathered
+        (levels ``optimizer``, ``gradients``) or kept where they are (``parameters``)."""
+        self.optimizer.set_learning_rate(lr)
+        for j, param in enumerate(self.params):
+            grads = param.list_grad()
+            for i, (a, b) in enumerate(self.ranges[j]):
+                if a == b:
+                    continue
+                ctx = self.contexts[i]
+                parts = [nd.slice_axis(g, axis=0, begin=a, end=b).as_in_context(ctx) for g in grads]
+                summed = reduce_sum(parts, self.local)
+                if not self.released:  # a copy of the rows, updated and gathered: the whole stays on the context
+                    self.rows[i][j] = nd.slice_axis(param.data(ctx), axis=0, begin=a, end=b)
+                self.updaters[i](j, summed, self.rows[i][j])
+            if not self.released:
+                param._data = [self._whole(j, ctx) for ctx in self.contexts]
+                for rows in self.rows:
+                    rows[j] = None
+        self.steps += 1
+        self.marked = False
+
+    def summed_gradients(self) -> State:
+        """The gradient summed over the contexts as the kvstore sums it (the replicated run's), on the host."""
+        first = self.contexts[0]
+        return {name: reduce_sum([g.as_in_context(first) for g in param.list_grad()], self.local).asnumpy()
+                for name, param in zip(self.names, self.params)}
+
+    def gradients(self, batch: Batch) -> State:
+        """``Replicas.gradients``: the batch's summed gradient, no update; statistics and held micro-batches kept."""
+        reps = self.reps
+        saved = reps._snapshot()  # MXNet's BatchNorm updates running statistics in backward
+        held = [[g.copy() for g in p.list_grad()] for p in self.params] if reps._holding else None
+        reps._zero_grads()
+        reps._backward(batch)
+        grads = self.summed_gradients() if self.params else {}
+        reps._restore(saved)
+        reps._zero_grads()
+        for param, copies in zip(self.params, held or []):
+            for grad, copy in zip(param.list_grad(), copies):
+                copy.copyto(grad)
+        self.release(keep_gradients=held is not None)
+        return grads
+
+    # State -------------------------------------------------------------------
+    def load(self, state: State) -> None:
+        """Whole canonical parameters in: each context keeps the whole (or, level ``parameters``, its rows)."""
+        for j, (name, param) in enumerate(zip(self.names, self.params)):
+            whole = np.asarray(state[name], self.dtype)
+            if self.released:
+                for i, (a, b) in enumerate(self.ranges[j]):
+                    self.rows[i][j] = nd.array(whole[a:b], ctx=self.contexts[i], dtype=self.dtype) if b > a else None
+                param._data = [self.rows[i][j] for i in range(len(self.contexts))]
+            else:
+                param._data = [nd.array(whole, ctx=ctx, dtype=self.dtype) for ctx in self.contexts]
+        self.gathered, self.marked = not self.released, False
+
+    def whole_parameters(self, device: int) -> State:
+        """Device ``device``'s trainable parameters, whole and canonical, on the host (gathered from the rows)."""
+        if not self.released:
+            ctx = self.contexts[device]
+            return {name: p.data(ctx).asnumpy() for name, p in zip(self.names, self.params)}
+        return {name: np.concatenate([rows[j].asnumpy() for rows in self.rows if rows[j] is not None], axis=0)
+                for j, name in enumerate(self.names)}
+
+    def optimizer_state(self) -> State:
+        """The update count and each slot of each parameter, whole: every device's rows in device order."""
+        state: State = {STEP: np.array(self.steps, np.int64)}
+        for j, (name, param) in enumerate(zip(self.names, self.params)):
+            parts = [self._slots(i, j) for i, (a, b) in enumerate(self.ranges[j]) if b > a]
+            for s, slot in enumerate(self.reps.setup.optimizer.slots):
+                state[slot_name(slot, name)] = np.concatenate([part[s] for part in parts], axis=0)
+        return state
+
+    def _slots(self, i: int, j: int) -> list[np.ndarray]:
+        """Device i's rows of parameter j's slots (zeros before its first update)."""
+        a, b = self.ranges[j][i]
+        held = optimizers.slots(self.updaters[i].states.get(j))
+        shape = (b - a, *self.params[j].shape[1:])
+        return [s.asnumpy().astype(self.dtype, copy=False) if held else np.zeros(shape, self.dtype)
+                for s in held or self.reps.setup.optimizer.slots]
+
+    def load_optimizer_state(self, state: State) -> None:
+        """Whole canonical state in: each device keeps its rows; MXNet's counts resume from ``optimizer.step``."""
+        self.steps = int(state[STEP])
+        optimizers.resume_count(self.optimizer, self.steps)
+        for i, ctx in enumerate(self.contexts):
+            updater = self.updaters[i]
+            updater.states.clear()
+            updater.states_synced.clear()
+            for j, (name, param) in enumerate(zip(self.names, self.params)):
+                a, b = self.ranges[j][i]
+                if a == b:
+                    continue
+                like = nd.zeros((b - a, *param.shape[1:]), ctx, dtype=self.dtype)
+                created = self.optimizer.create_state_multi_precision(j, like)
+                for array, slot in zip(optimizers.slots(created), self.reps.setup.optimizer.slots):
+                    array[:] = nd.array(np.asarray(state[slot_name(slot, name)])[a:b], ctx=ctx, dtype=array.dtype)
+                updater.states[j], updater.states_synced[j] = created, True
+
+    def held_bytes(self) -> list[dict[str, int]]:
+        """Per context: bytes of the arrays its Parameters hold and of its updater's state (read from them)."""
+        return [{"parameters": _bytes(p._data[i] for p in self.params),
+                 "optimizer": _bytes(a for s in self.updaters[i].states.values() for a in optimizers.slots(s))}
+                for i in range(len(self.contexts))]
+
+
+def replicated_held(reps: Replicas) -> list[dict[str, int]]:
+    """``held_bytes`` of replicas that shard nothing: each context's whole parameters, and the state of the updater
+    its update comes from (the kvstore's one copy, where the Trainer updates there, serves every context)."""
+    holders = optimizers.holders(reps.trainer) if reps.trainer is not None else []
+    states = [_bytes(a for s in h.states.values() for a in optimizers.slots(s)) for h in holders]
+    return [{"parameters": _bytes(p.data(ctx) for p in reps._trainable),
+             "optimizer": (states[i] if len(states) > 1 else sum(states))} for i, ctx in enumerate(reps.contexts)]

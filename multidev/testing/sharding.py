@@ -1,0 +1,189 @@
+"""The kit's checks of sharded data parallelism: a sharded run changes nothing but memory (contract: Sharding).
+
+Each level of ``shard`` is held to the replicated run of the same engine on
+the same weights and batches, in float64, where the only difference allowed
+is the order of a sum the engine cannot keep (``FLOAT64_RTOL``); engines that
+keep it are held to the same bits in their own tests. The checks also read
+what each device holds (``held_bytes()``: per device, the bytes of the
+parameters and of the optimizer state it keeps between updates, where the
+engine reports it) against the sharding rule (its parts padded to equal
+ones where the replicas say ``padded_shards``), so an engine that shards
+nothing cannot pass them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from multidev import nn
+from multidev.engines.protocol import Replicas
+from multidev.errors import MultidevError
+from multidev.rules.models import ModelSpec
+from multidev.rules.optimizers import STEP, Optimizer
+from multidev.rules.sharding import LEVELS, per_device
+from multidev.outputs import checkpoint as ckpt
+from multidev.rules.split import cut, shard_sizes
+from multidev.testing._helpers import LENET, RESNET, assert_states_close, batch, quick
+from multidev.testing.kit import FLOAT64_RTOL, EngineFixtures
+from multidev.testing.processes import MultiProcessChecks, installed, run
+
+SHARDED = LEVELS[1:]
+#: the optimizers the issue names: SGD with momentum, AdamW (state of one and two slots)
+SHARD_RECIPES = {"sgd-momentum": Optimizer(momentum=0.9, weight_decay=0.05),
+                 "adamw": Optimizer("adamw", betas=(0.8, 0.99), eps=1e-3, weight_decay=0.1)}
+RATES = (0.1, 0.05, 0.02)
+
+
+def tiny_vit() -> ModelSpec:
+    """The zoo's ViT at its smallest: patches, a class token, attention, LayerNorm, GELU, no BatchNorm."""
+    return ModelSpec("vit", (1, 8, 8), 4, nn.vit(patch=2, dim=8, depth=1, heads=2, mlp=16, drop_path=0.0).graph())
+
+
+MODELS = {"lenet": lambda: LENET, "resnet18": lambda: RESNET, "vit": tiny_vit}
+
+
+def held(reps: Replicas) -> list[dict[str, int]]:
+    """What the engine says each device holds, or a skip where it does not say."""
+    report = getattr(reps, "held_bytes", None)
+    if report is None:
+        pytest.skip("the engine does not report held_bytes: what each device holds is not checked")
+    return report()
+
+
+class ShardingChecks(EngineFixtures):
+    """contract: Sharding."""
+
+    def _shard_needs(self, engine, level: str) -> None:
+        self.require(engine, f"shard_{level}")
+        self.require(engine, "float64")
+
+    def _sharded_run(self, engine, spec: ModelSpec, k: int, level: str, optimizer: Optimizer, steps: int = 3,
+             **setup) -> Replicas:
+        reps = self.make(engine, spec, k, optimizer=optimizer, dtype=setup.pop("dtype", "float64"), shard=level,
+                         **setup)
+        for step, lr in enumerate(RATES[:steps]):
+            x, y = batch(spec, 11, seed=40 + step)  # 11 rows: uneven shards
+            reps.train_step(reps.place(cut(x, y, shard_sizes(len(x), k))), lr=lr)
+        return reps
+
+    def _same_as(self, sharded: Replicas, whole: Replicas, what: str, rtol: float = FLOAT64_RTOL) -> None:
+        assert_states_close(sharded.state(), whole.state(), rtol=rtol, floor=1e-9,
+                            promise=f"sharding: {what}: the parameters are not the replicated run's")
+        if not sharded.setup.optimizer.plain:
+            got, want = sharded.optimizer_state(), whole.optimizer_state()
+            assert sorted(got) == sorted(want), f"sharding: {what}: the optimizer state's names are not canonical"
+            assert int(got[STEP]) == int(want[STEP]), f"sharding: {what}: {STEP} is {int(got[STEP])}"
+            assert_states_close(got, want, rtol=rtol, floor=1e-9, names=[n for n in want if n != STEP],
+                                promise=f"sharding: {what}: the optimizer state is not the replicated run's")
+
+    @pytest.mark.parametrize("level", SHARDED)
+    @pytest.mark.parametrize("case", quick(["lenet adamw", "lenet sgd-momentum", "resnet18 sgd-momentum",
+                                            "resnet18 adamw", "vit adamw", "vit sgd-momentum"], ["lenet adamw"]))
+    def test_sharded_equals_replicated(self, engine, level, case):
+        """Three float64 updates at changing rates on 2 devices, uneven shards: parameters and optimizer state."""
+        self._shard_needs(engine, level)
+        model, recipe = case.split()
+        k, spec, optimizer = self.fewest(engine), MODELS[model](), SHARD_RECIPES[recipe]
+        self._same_as(self._sharded_run(engine, spec, k, level, optimizer),
+                      self._sharded_run(engine, spec, k, "none", optimizer),
+                      f"{model} with {recipe} at --shard {level} on {k} devices")
+
+    @pytest.mark.parametrize("level", SHARDED)
+    def test_each_device_holds_its_share(self, engine, level):
+        """Parameters and optimizer state each device holds after an update: the rule's bytes, not the whole's."""
+        self._shard_needs(engine, level)
+        k, optimizer = self.fewest(engine), SHARD_RECIPES["adamw"]
+        reps = self._sharded_run(engine, LENET, k, level, optimizer, steps=1)
+        shapes = {p.name: tuple(p.shape) for p in LENET.params() if p.trainable}
+        want = per_device(shapes, len(optimizer.slots), 8, k, level, getattr(reps, "padded_shards", False))
+        for i, got in enumerate(held(reps)):
+            for part in ("parameters", "optimizer"):
+                assert got[part] == want[part][i], (
+                    f"sharding: at --shard {level}, device {i} holds {got[part]} bytes of {part}, the rule gives "
+                    f"{want[part][i]} (contract: Sharding)")
+
+    @pytest.mark.parametrize("level", quick(SHARDED, ("parameters",)))
+    def test_sharded_accumulation_and_sync_batchnorm(self, engine, level):
+        """Micro-batches of 6 and 5 rows into one update, and whole-batch BatchNorm statistics (ResNet-18)."""
+        self._shard_needs(engine, level)
+        self.require(engine, "accumulate")
+        k, optimizer = self.fewest(engine), SHARD_RECIPES["sgd-momentum"]
+        batchnorm = "sync" if "sync_batchnorm" in engine.capabilities else "local"
+        runs = []
+        for shard in ("none", level):
+            try:
+                reps = self.replicas(engine, RESNET, k, batchnorm, dtype="float64", optimizer=optimizer,
+                                     accumulate=2, shard=shard)
+            except MultidevError as exc:  # an engine may decline sync BatchNorm in float64
+                pytest.skip(f"{engine.name} declines this combination: {exc}")
+            for step, lr in enumerate(RATES[:2]):
+                x, y = batch(RESNET, 11, seed=60 + step)
+                for a, b in ((0, 6), (6, 11)):
+                    shards = replace(cut(x[a:b], y[a:b], shard_sizes(b - a, k)), whole=len(x))
+                    placed = reps.place(shards)
+                    reps.accumulate(placed) if a == 0 else reps.train_step(placed, lr=lr)
+            runs.append(reps)
+        self._same_as(runs[1], runs[0], f"ResNet-18 with 2 micro-batches and {batchnorm} BatchNorm at --shard {level}")
+
+    def test_sharded_bf16_equals_replicated(self, engine):
+        """bf16 compute, float32 master weights and state kept by their owners: the replicated run's numbers."""
+        self._shard_needs(engine, "parameters")
+        self.require(engine, "bf16")
+        k, optimizer = self.fewest(engine), SHARD_RECIPES["adamw"]
+        runs = [self._sharded_run(engine, LENET, k, shard, optimizer, steps=2, dtype="float32", precision="bf16")
+                for shard in ("parameters", "none")]
+        self._same_as(*runs, "LeNet in bf16 at --shard parameters", rtol=1e-5)
+
+    def test_sharded_state_resumes_replicated(self, engine):
+        """A sharded run's state (gathered whole) loaded into another sharded run goes on as the replicated run."""
+        self._shard_needs(engine, "parameters")
+        k, optimizer = self.fewest(engine), SHARD_RECIPES["adamw"]
+        first = self._sharded_run(engine, LENET, k, "parameters", optimizer, steps=2)
+        again = self.make(engine, LENET, 1, optimizer=optimizer, dtype="float64", shard="optimizer",
+                          state=first.state())
+        again.load_optimizer_state(first.optimizer_state())
+        x, y = batch(LENET, 11, seed=42)
+        again.train_step(again.place(cut(x, y, shard_sizes(len(x), 1))), lr=RATES[2])
+        self._same_as(again, self._sharded_run(engine, LENET, k, "none", optimizer),
+                      "a state gathered at --shard parameters on 2 devices, resumed at --shard optimizer on 1")
+
+    @pytest.mark.slow
+    def test_two_processes_sharded_resume_on_one_device_of_another_engine(self, engine, tmp_path):
+        """The issue's promise: 2 processes at --shard parameters train as 2 devices replicated, and their
+        checkpoint (the whole state, gathered) resumes on 1 device of another engine, ending where the
+        uninterrupted run ends."""
+        MultiProcessChecks.needs_processes(engine)
+        self._shard_needs(engine, "parameters")
+        self.require(engine, "shard_processes")
+        others = [name for name in ("torch", "mxnet", "jax") if name != engine.name and name in installed()]
+        if not others:
+            pytest.skip("no other engine is installed to resume on")
+        job = ["--dtype", "float64", "--optimizer", "adamw", "--lr", "0.002", "--weight-decay", "0.01"]
+        sharded, straight, resumed = (str(tmp_path / f"{name}.npz") for name in ("sharded", "straight", "resumed"))
+        run(engine.name, "--processes", "2", "--shard", "parameters", *job, "--checkpoint", sharded)
+        run(engine.name, "--devices", "2", *job, "--checkpoint", straight)
+        for name, got in (("parameters", ckpt.load(sharded)[1]), ("optimizer state",
+                                                                  ckpt.load_optimizer_state(sharded))):
+            want = ckpt.load(straight)[1] if name == "parameters" else ckpt.load_optimizer_state(straight)
+            assert_states_close(got, want, rtol=FLOAT64_RTOL, names=[n for n in want if n != STEP], floor=1e-9,
+                                promise=f"sharding: 2 processes at --shard parameters: the checkpoint's {name} is "
+                                        f"not 2 devices' replicated run's")
+        run(others[0], "--devices", "1", *job, "--epochs", "2", "--resume", sharded, "--checkpoint", resumed)
+        run(engine.name, "--devices", "2", *job, "--epochs", "2", "--checkpoint", straight)
+        assert_states_close(ckpt.load(resumed)[1], ckpt.load(straight)[1], rtol=FLOAT64_RTOL, floor=1e-9,
+                            promise=f"sharding: the --shard parameters checkpoint of 2 {engine.name} processes, "
+                                    f"resumed on 1 {others[0]} device, does not end where the uninterrupted run does")
+
+
+def level_refused(engine, level: str) -> str:
+    """The one line a run at ``level`` gets from an engine that does not claim it."""
+    from multidev.engines.protocol import Setup, replicate
+    from multidev.rules.devices import resolve_devices
+
+    devices = resolve_devices(devices=1, gpu_count=0, max_cpu=engine.max_cpu_devices())
+    with pytest.raises(MultidevError) as caught:
+        replicate(engine, Setup(LENET, tuple(devices), shard=level), LENET.init(0))
+    return str(caught.value)
+
