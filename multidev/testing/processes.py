@@ -333,9 +333,23 @@ class MultiProcessChecks(EngineFixtures):
     def test_a_killed_worker_restarts_and_the_job_ends_as_if_never_hit(self, engine, tmp_path, uninterrupted):
         """contract: Restarts: rank 1 killed in epoch 2, ``--max-restarts 1``: one line, and the same parameters."""
         self.needs_processes(engine)
-        straight, hit = uninterrupted, tmp_path / "hit.npz"
-        argv = command(engine.name, *self.faulted(engine), "--processes", "2", "--max-restarts", "1", "--checkpoint",
-                       str(hit), "--json", str(tmp_path / "hit.json"), "--master", f"127.0.0.1:{free_port()}")
+        self._killed_and_restarted(engine, tmp_path, uninterrupted, rtol=0.0)
+
+    @pytest.mark.slow
+    def test_a_killed_sharded_worker_restarts_as_the_replicated_job(self, engine, tmp_path, uninterrupted):
+        """contract: Sharding: at ``--shard parameters`` every rank gathers each mid-epoch save, the restarted job
+        resumes sharded and ends as the replicated one (the same bits where the engine keeps its additions)."""
+        self.needs_processes(engine)
+        self.require(engine, "shard_parameters")
+        self.require(engine, "shard_processes")
+        self._killed_and_restarted(engine, tmp_path, uninterrupted, getattr(self, "shard_rtol", FLOAT64_RTOL),
+                                   "--shard", "parameters")
+
+    def _killed_and_restarted(self, engine, tmp_path: Path, straight: Path, rtol: float, *extra: str) -> None:
+        hit = tmp_path / "hit.npz"
+        argv = command(engine.name, *self.faulted(engine), *extra, "--processes", "2", "--max-restarts", "1",
+                       "--checkpoint", str(hit), "--json", str(tmp_path / "hit.json"),
+                       "--master", f"127.0.0.1:{free_port()}")
         job = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             epoch, step = saved_mid_epoch(hit, 2, [job])
@@ -349,7 +363,7 @@ class MultiProcessChecks(EngineFixtures):
                                                        "1, from epoch 2, step "), err[-3000:]
         time.sleep(1)
         assert not job_processes(str(hit)), "restarts: a process of the job is still running"
-        assert_same(hit, straight, "restarts: the restarted job does not end as the uninterrupted one", rtol=0.0)
+        assert_same(hit, straight, "restarts: the restarted job does not end as the uninterrupted one", rtol=rtol)
         restarts = json.loads((tmp_path / "hit.json").read_text())["restarts"]
         assert [(r["failed"], r["how"], r["epoch"]) for r in restarts] == [("worker rank 1", "was killed by SIGKILL",
                                                                              2)], restarts
