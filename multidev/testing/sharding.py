@@ -83,8 +83,9 @@ class ShardingChecks(EngineFixtures):
             assert_states_close(got, want, rtol=rtol, floor=1e-9, names=[n for n in want if n != STEP],
                                 promise=f"sharding: {what}: the optimizer state is not the replicated run's")
 
-    @pytest.mark.parametrize("case", quick(["lenet adamw", "lenet sgd-momentum", "resnet18 sgd-momentum",
-                                            "resnet18 adamw", "vit adamw", "vit sgd-momentum"], ["lenet adamw"]))
+    # ResNet-18 (BatchNorm, SGD's one slot) and the ViT (attention, AdamW's two) in the slow run; the other pairs
+    # add no code path (measured on torch and MXNet: the same bits as these)
+    @pytest.mark.parametrize("case", quick(["lenet adamw", "resnet18 sgd-momentum", "vit adamw"], ["lenet adamw"]))
     def test_sharded_equals_replicated(self, engine, case):
         """Three float64 updates at changing rates on 2 devices, uneven shards, at every level the engine claims:
         parameters and optimizer state (the same bits where the engine's class sets ``shard_rtol = 0``)."""
