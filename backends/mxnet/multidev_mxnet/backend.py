@@ -21,7 +21,7 @@ class MXNetBackend(MultiProcess):
     #: bf16 joins these where this CPU's oneDNN computes it (see bf16_support.py)
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process", "optimizers",
                               "accumulate", "pending_stats", "shard_optimizer", "shard_gradients",
-                              "shard_parameters"})
+                              "shard_parameters", "shard_processes"})
     frameworks = ("mxnet",)
     #: every layer of the model language: the kit's layer checks hold the engine to it
     layers = frozenset(LAYERS)

@@ -225,12 +225,18 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
                 param.zero_grad()
 
     def _allreduce_processes(self) -> None:
-        """Every context gets the gradients summed over the contexts and processes of the job.
+        """Every context gets the gradients summed over the contexts and processes of the job."""
+        self.sum_processes([p.list_grad() for p in self._trainable])
+
+    def sum_processes(self, arrays: list[list[mx.nd.NDArray]]) -> None:
+        """Each trainable parameter's arrays (one per context, or one alone) summed over them and over the job's
+        processes, the total written back into every one (a collective: every rank calls it alike).
 
         Through this machine's shared memory where the whole job is on it (``distributed.host_sum``), else the
-        kvstore's pushpull.
+        kvstore's pushpull on the gradients' keys: ``arrays`` has the trainable parameters' shapes, in their order.
         """
-        grads = [p.list_grad() for p in self._trainable]
+        if not arrays:  # nothing trainable: every rank alike has nothing to sum
+            return
         if self._host_sum is None:
             numel = sum(int(np.prod(p.shape)) for p in self._trainable)
             shared = distributed.host_sum(numel, self.dtype, self.setup.group) if self._cpu else None
@@ -240,10 +246,10 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
             self.process_sums = "shared memory" if shared else "the kvstore's servers"
         shared, slot, total = self._host_sum
         if shared is None:
-            distributed.kvstore().pushpull(self._keys, grads, out=grads)
+            distributed.kvstore().pushpull(self._keys, arrays, out=arrays)
             return
         start = 0
-        for per_context in grads:  # this process's contexts summed, into its slot
+        for per_context in arrays:  # this process's contexts summed, into its slot
             size = per_context[0].size
             mine = per_context[0] if len(per_context) == 1 else nd.add_n(*[g.as_in_context(per_context[0].context)
                                                                          for g in per_context])
@@ -252,12 +258,12 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
         slot.wait_to_read()
         shared.sum()
         start = 0
-        for per_context in grads:
+        for per_context in arrays:
             size = per_context[0].size
             for g in per_context:
                 total[start:start + size].reshape(g.shape).copyto(g)
             start += size
-        for per_context in grads:
+        for per_context in arrays:
             for g in per_context:
                 g.wait_to_read()  # before the total is overwritten by the next sum
 

@@ -16,18 +16,26 @@ value, so its rows come out as the replicated update's. Then:
   between steps, gathered into whole arrays (and marked for autograd) when a
   forward, an evaluation or a state read needs them, released after it.
 
+Over a job's processes (device ``rank * k + i`` of the job, ``Setup.owned``)
+the rows cross through the replicated run's own sum over processes
+(``MXNetReplicas.sum_processes``: shared memory, or the kvstore): the
+gradients are summed as the replicated run sums them (the same additions,
+then each device keeps its rows of its context's total), and a gather (the
+updated rows, the parameters at ``parameters``, a state read) is a sum of each
+process's rows placed in zeros, exact since x + 0 is x. Every rank gathers at
+the same moments (the core saves on every rank of a sharded job).
+
 BatchNorm's running statistics are not trainable: they stay whole, as the
-replicated path keeps them. One process only: the rows cross contexts, not
-processes (the engine does not claim ``shard_processes``).
+replicated path keeps them.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from multidev.engine import STEP, MultidevError, State, slot_name
+from multidev.engine import STEP, State, slot_name
 
 from . import optimizers
 from .devices import kvstore_type
@@ -67,9 +75,7 @@ class Sharded:
 
     def __init__(self, reps: Replicas) -> None:
         setup = reps.setup
-        if setup.group.size > 1:
-            raise MultidevError("the mxnet engine shards over the devices of one process: use --processes 1, "
-                                "or --shard none")
+        self.processes = setup.group.size > 1  # rows cross processes too: gathers are sums (see the module)
         self.reps, self.contexts, self.dtype = reps, reps.contexts, reps.dtype
         self.released = setup.shard == "parameters"  # Parameters hold their rows between steps
         self.drops = setup.shard in ("gradients", "parameters")  # whole gradients freed after an update
@@ -90,8 +96,11 @@ class Sharded:
         """Whole parameters on every context (gathered at level ``parameters``), and for training, gradients
         marked on them (made afresh, zero, where they were dropped)."""
         if not self.gathered:
-            for j, param in enumerate(self.params):
-                param._data = [self._whole(j, ctx) for ctx in self.contexts]
+            if self.processes:
+                self._spread(self._assembled(lambda i, j: self.rows[i][j]))
+            else:
+                for j, param in enumerate(self.params):
+                    param._data = [self._whole(j, ctx) for ctx in self.contexts]
             self.gathered, self.marked = True, False
         if not train or self.marked:
             return
@@ -114,6 +123,26 @@ class Sharded:
         if self.released or (self.drops and not keep_gradients):
             self.marked = False
 
+    def _assembled(self, rows: Callable[[int, int], Union[mx.nd.NDArray, np.ndarray]]) -> list[mx.nd.NDArray]:
+        """Every trainable parameter whole on the first context from the job's owners (``rows(i, j)``: local
+        device i's rows of parameter j): each process's rows in zeros, summed over the processes (x + 0 is x)."""
+        first, wholes = self.contexts[0], []
+        for j, param in enumerate(self.params):
+            whole = nd.zeros(param.shape, first, dtype=self.dtype)
+            for i, (a, b) in enumerate(self.ranges[j]):
+                if b > a:
+                    part = rows(i, j)
+                    whole[a:b] = part.as_in_context(first) if isinstance(part, nd.NDArray) else \
+                        nd.array(part, ctx=first, dtype=self.dtype)
+            wholes.append([whole])
+        self.reps.sum_processes(wholes)
+        return [whole for whole, in wholes]
+
+    def _spread(self, wholes: list[mx.nd.NDArray]) -> None:
+        """Each Parameter holds its whole (on the first context) on every context, a copy of its own on each."""
+        for j, whole in enumerate(wholes):
+            self.params[j]._data = [whole] + [whole.copyto(ctx) for ctx in self.contexts[1:]]
+
     def _whole(self, j: int, ctx) -> mx.nd.NDArray:
         """Parameter j whole on ``ctx``, from every device's rows (a new array: the rows stay the master)."""
         parts = [rows[j].as_in_context(ctx) for rows in self.rows if rows[j] is not None]
@@ -124,27 +153,41 @@ class Sharded:
         """Every device updates its rows with its rows of the summed gradient; the rows are then gathered
         (levels ``optimizer``, ``gradients``) or kept where they are (``parameters``)."""
         self.optimizer.set_learning_rate(lr)
+        if self.processes:  # every context's gradient the job's total, added as the replicated run adds it
+            self.reps._allreduce_processes()
         for j, param in enumerate(self.params):
-            grads = param.list_grad()
             for i, (a, b) in enumerate(self.ranges[j]):
                 if a == b:
                     continue
-                ctx = self.contexts[i]
-                parts = [nd.slice_axis(g, axis=0, begin=a, end=b).as_in_context(ctx) for g in grads]
-                summed = reduce_sum(parts, self.local)
+                summed = self._summed_rows(param, i, a, b)
                 if not self.released:  # a copy of the rows, updated and gathered: the whole stays on the context
-                    self.rows[i][j] = nd.slice_axis(param.data(ctx), axis=0, begin=a, end=b)
+                    self.rows[i][j] = nd.slice_axis(param.data(self.contexts[i]), axis=0, begin=a, end=b)
                 self.updaters[i](j, summed, self.rows[i][j])
-            if not self.released:
+            if not self.released and not self.processes:
                 param._data = [self._whole(j, ctx) for ctx in self.contexts]
                 for rows in self.rows:
                     rows[j] = None
+        if not self.released and self.processes:  # one sum over the processes gathers every parameter
+            self._spread(self._assembled(lambda i, j: self.rows[i][j]))
+            self.rows = [[None] * len(self.params) for _ in self.contexts]
         self.steps += 1
         self.marked = False
 
+    def _summed_rows(self, param: Any, i: int, a: int, b: int) -> mx.nd.NDArray:
+        """Device i's rows [a, b) of the summed gradient: of its context's total over the job where the processes
+        have summed it, else the contexts' rows added as the kvstore adds them."""
+        ctx = self.contexts[i]
+        if self.processes:
+            return nd.slice_axis(param.grad(ctx), axis=0, begin=a, end=b)
+        return reduce_sum([nd.slice_axis(g, axis=0, begin=a, end=b).as_in_context(ctx) for g in param.list_grad()],
+                          self.local)
+
     def summed_gradients(self) -> State:
-        """The gradient summed over the contexts as the kvstore sums it (the replicated run's), on the host."""
+        """The gradient summed over the contexts (and processes) as the replicated run sums it, on the host."""
         first = self.contexts[0]
+        if self.processes:
+            self.reps._allreduce_processes()
+            return {name: param.grad(first).asnumpy() for name, param in zip(self.names, self.params)}
         return {name: reduce_sum([g.as_in_context(first) for g in param.list_grad()], self.local).asnumpy()
                 for name, param in zip(self.names, self.params)}
 
@@ -182,12 +225,22 @@ class Sharded:
         if not self.released:
             ctx = self.contexts[device]
             return {name: p.data(ctx).asnumpy() for name, p in zip(self.names, self.params)}
+        if self.processes:  # a collective: every rank reads its state at the same moment
+            wholes = self._assembled(lambda i, j: self.rows[i][j])
+            return {name: whole.asnumpy() for name, whole in zip(self.names, wholes)}
         return {name: np.concatenate([rows[j].asnumpy() for rows in self.rows if rows[j] is not None], axis=0)
                 for j, name in enumerate(self.names)}
 
     def optimizer_state(self) -> State:
         """The update count and each slot of each parameter, whole: every device's rows in device order."""
         state: State = {STEP: np.array(self.steps, np.int64)}
+        if self.processes:  # a collective: a sum over the processes per slot
+            held = {(i, j): self._slots(i, j) for j, ranges in enumerate(self.ranges)
+                    for i, (a, b) in enumerate(ranges) if b > a}
+            for s, slot in enumerate(self.reps.setup.optimizer.slots):
+                wholes = self._assembled(lambda i, j, s=s: held[i, j][s])
+                state.update({slot_name(slot, name): whole.asnumpy() for name, whole in zip(self.names, wholes)})
+            return state
         for j, (name, param) in enumerate(zip(self.names, self.params)):
             parts = [self._slots(i, j) for i, (a, b) in enumerate(self.ranges[j]) if b > a]
             for s, slot in enumerate(self.reps.setup.optimizer.slots):
