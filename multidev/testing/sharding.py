@@ -43,6 +43,8 @@ def tiny_vit() -> ModelSpec:
 
 
 MODELS = {"lenet": lambda: LENET, "resnet18": lambda: RESNET, "vit": tiny_vit}
+#: the replicated run the levels of one case are held to (one case at a time)
+_REPLICATED: dict = {}
 
 
 def held(reps: Replicas) -> list[dict[str, int]]:
@@ -84,23 +86,24 @@ class ShardingChecks(EngineFixtures):
                                 promise=f"sharding: {what}: the optimizer state is not the replicated run's")
 
     # ResNet-18 (BatchNorm, SGD's one slot) and the ViT (attention, AdamW's two) in the slow run; the other pairs
-    # add no code path (measured on torch and MXNet: the same bits as these)
-    @pytest.mark.parametrize("case", quick(["lenet adamw", "resnet18 sgd-momentum", "vit adamw"], ["lenet adamw"]))
-    def test_sharded_equals_replicated(self, engine, case):
-        """Three float64 updates at changing rates on 2 devices, uneven shards, at every level the engine claims:
-        parameters and optimizer state (the same bits where the engine's class sets ``shard_rtol = 0``)."""
-        levels = [level for level in SHARDED if f"shard_{level}" in engine.capabilities]
-        if not levels:
-            pytest.skip(f"{engine.name} does not claim any shard level")
-        self.require(engine, "float64")
+    # add no code path (measured on torch and MXNet: the same bits as these). The quick suite: LeNet at parameters.
+    @pytest.mark.parametrize("case, level", [
+        pytest.param(case, level, marks=() if (case, level) == ("lenet adamw", "parameters") else pytest.mark.slow)
+        for case in ("lenet adamw", "resnet18 sgd-momentum", "vit adamw") for level in SHARDED])
+    def test_sharded_equals_replicated(self, engine, case, level):
+        """Three float64 updates at changing rates on 2 devices, uneven shards: parameters and optimizer state (the
+        same bits where the engine's class sets ``shard_rtol = 0``)."""
+        self._shard_needs(engine, level)
         model, recipe = case.split()
         k, spec, optimizer = self.fewest(engine), MODELS[model](), SHARD_RECIPES[recipe]
-        whole = self._sharded_run(engine, spec, k, "none", optimizer)
-        for level in levels:
-            self._same_as(self._sharded_run(engine, spec, k, level, optimizer), whole,
-                          f"{model} with {recipe} at --shard {level} on {k} devices", self.shard_rtol)
+        key = (engine.name, case, k)
+        if key not in _REPLICATED:  # one replicated run for the three levels
+            _REPLICATED.clear()
+            _REPLICATED[key] = self._sharded_run(engine, spec, k, "none", optimizer)
+        self._same_as(self._sharded_run(engine, spec, k, level, optimizer), _REPLICATED[key],
+                      f"{model} with {recipe} at --shard {level} on {k} devices")
 
-    @pytest.mark.parametrize("level", SHARDED)
+    @pytest.mark.parametrize("level", quick(SHARDED, ("parameters",)))
     def test_each_device_holds_its_share(self, engine, level):
         """Parameters and optimizer state each device holds after an update: the rule's bytes, not the whole's."""
         self._shard_needs(engine, level)
@@ -114,7 +117,8 @@ class ShardingChecks(EngineFixtures):
                     f"sharding: at --shard {level}, device {i} holds {got[part]} bytes of {part}, the rule gives "
                     f"{want[part][i]} (contract: Sharding)")
 
-    @pytest.mark.parametrize("level", quick(SHARDED, ("parameters",)))
+    @pytest.mark.slow
+    @pytest.mark.parametrize("level", SHARDED[1:])  # the optimizer level accumulates as the replicated run does
     def test_sharded_accumulation_and_sync_batchnorm(self, engine, level):
         """Micro-batches of 6 and 5 rows into one update, and whole-batch BatchNorm statistics (ResNet-18)."""
         self._shard_needs(engine, level)
@@ -139,6 +143,7 @@ class ShardingChecks(EngineFixtures):
         self._same_as(runs[1], runs[0],
                       f"ResNet-18 with 2 micro-batches and {batchnorm} BatchNorm at --shard {level}")
 
+    @pytest.mark.slow
     def test_sharded_bf16_equals_replicated(self, engine):
         """bf16 compute, float32 master weights and state kept by their owners: the replicated run's numbers."""
         self._shard_needs(engine, "parameters")
@@ -148,6 +153,7 @@ class ShardingChecks(EngineFixtures):
                 for shard in ("parameters", "none")]
         self._same_as(*runs, "LeNet in bf16 at --shard parameters", rtol=1e-5)
 
+    @pytest.mark.slow  # the quick suite's checkpoint checks are replicated; the processes' resume is sharded
     def test_sharded_state_resumes_replicated(self, engine):
         """A sharded run's state (gathered whole) loaded into another sharded run goes on as the replicated run."""
         self._shard_needs(engine, "parameters")

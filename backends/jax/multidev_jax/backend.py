@@ -19,7 +19,8 @@ class JaxBackend(MultiProcess):
     name = "jax"
     capabilities = frozenset({"gpu", "virtual_cpu", "sync_batchnorm", "float64", "multi_process",
                               "sync_batchnorm_processes", "optimizers", "accumulate", "bf16",
-                              "pending_stats"})
+                              "pending_stats", "shard_optimizer", "shard_gradients", "shard_parameters",
+                              "shard_processes"})
     frameworks = ("jax", "jaxlib", "flax", "optax")
     #: the model language's layers model.py builds (multidev.engines.vocabulary), from its own table
     layers = BUILT

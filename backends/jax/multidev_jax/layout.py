@@ -49,6 +49,19 @@ def path(param: Param, layer: type = object) -> tuple[str, ...]:
     return (*modules, "kernel" if kernel(param, layer) else _LEAVES.get(layer, {}).get(leaf, leaf))
 
 
+def row_axis(param: Param, turned: bool) -> int:
+    """The Flax axis that holds canonical axis 0 (a kernel's output channels), -1 for an array without rows: the
+    axis a sharded run cuts into its devices' rows."""
+    if not param.shape:
+        return -1
+    return _TO_FLAX[param.role].index(0) if turned else 0
+
+
+def flax_shape(param: Param, turned: bool) -> tuple[int, ...]:
+    """The array's shape as Flax holds it."""
+    return tuple(param.shape[i] for i in _TO_FLAX[param.role]) if turned else tuple(param.shape)
+
+
 def paths(spec: ModelSpec) -> dict[str, tuple[tuple[str, ...], bool]]:
     """Every canonical name's Flax path, and whether it is a kernel (:func:`kernel`)."""
     layers = {node.name: type(node.layer) for node in spec.graph.nodes}

@@ -9,12 +9,15 @@ when it is made and decided at the first batch, the state then moved onto the
 mesh they ask for. A job whose processes share a machine sums its gradients
 through shared memory (:mod:`.shared_sum`). The gradient sum of an
 accumulated update is one gradient-sized replicated tree, made at the first
-micro-batch.
+micro-batch. A sharded run (``setup.shard``, :mod:`.sharding`) keeps its
+arrays cut into the devices' rows, runs one part per device and sums through
+XLA's collectives alone; its state comes back gathered whole.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -26,7 +29,7 @@ import numpy as np
 from multidev.engine import (MultidevError, ReplicaStates, Setup, Shards, State, StepStats, WaitedSteps, check_state,
                              predictions)
 
-from . import forms, optimizers
+from . import forms, optimizers, sharding
 from .compiled import Compiler
 from .devices import job_devices
 from .distributed import peers
@@ -49,7 +52,8 @@ class Sums:
     reports: bool
 
     def result(self) -> StepStats:
-        loss_sum, correct = jax.device_get(self.arrays)  # one wait, one transfer
+        with peers():  # the step's collectives end here: a peer gone during them is one line
+            loss_sum, correct = jax.device_get(self.arrays)  # one wait, one transfer
         if not self.reports:
             return StepStats(0.0, 0, 0)
         return StepStats(float(loss_sum), int(correct), self.total)
@@ -78,16 +82,25 @@ class JaxReplicas(WaitedSteps, ReplicaStates):
         named = job_devices(setup.devices, setup.group)  # every process's, rank-major
         #: the run's forms: settled now, decided at the first batch where they are not (forms/decided.py)
         self.forms = forms.settle(self.spec, named, setup.group.size)
+        #: a sharded run's level (contract: Sharding); it runs each device whole: the mesh is the job's devices
+        self.sharded = setup.shard != "none"
+        if self.sharded:
+            self.forms = dataclasses.replace(self.forms, parts=1)
         self._compiler = Compiler(self.forms.threads)
         meanwhile = self.forms.meanwhile()
         self._use(Placement(setup, named, meanwhile.parts), meanwhile)
         self._sum: Any = None  # the gradient summed over an update's micro-batches so far (None: never accumulated)
         #: a job's gradient sum through shared memory (shared_sum.py), opened at its first step; None: in the step
-        self._shared: Any = _UNOPENED if setup.group.size > 1 else None
+        self._shared: Any = _UNOPENED if setup.group.size > 1 and not self.sharded else None
         if setup.group.size > 1:  # the step's psum spans the job: XLA's collectives, gloo between CPU processes
             self.process_sums = "XLA's collectives inside the compiled step"
         self.load_state(state)
         self.load_optimizer_state(setup.optimizer.init_state(self.spec, self.dtype))
+
+    #: a sharded run's arrays are padded to equal parts (XLA's shardings): what held_bytes measures
+    @property
+    def padded_shards(self) -> bool:
+        return self.sharded
 
     # The run's forms and mesh -------------------------------------------------
     @property
@@ -116,8 +129,8 @@ class JaxReplicas(WaitedSteps, ReplicaStates):
         #: what the compiled steps depend on besides shapes
         self._recipe = (self.spec, self.setup.sync, placement.mesh, self.setup.optimizer, self.setup.precision,
                         self.setup.tf32, run)
-        self._steps = steps(*self._recipe)
-        if moving:
+        self._steps = sharding.sharded_steps(*self._recipe, self.setup.shard) if self.sharded else steps(*self._recipe)
+        if moving and not self.sharded:  # a sharded run's mesh is always its devices, one part each: nothing moves
             self._params, self._opt_state, self._stats, self._sum = placement.moved(
                 (self._params, self._opt_state, self._stats, self._sum))
 
@@ -153,7 +166,8 @@ class JaxReplicas(WaitedSteps, ReplicaStates):
     def _program_for(self, name: str, jitted: Callable[..., Any], length: Optional[int],
                      *args: Any) -> jax.stages.Compiled:
         """``jitted`` compiled for these arguments, once per recipe and shard length in the process."""
-        return self._compiler.get((name, *self._recipe, length, self.dtype), jitted, *args)
+        level = (self.setup.shard,) if self.sharded else ()
+        return self._compiler.get((name, *self._recipe, length, self.dtype, *level), jitted, *args)
 
     # Split -------------------------------------------------------------------
     @scoped
@@ -212,12 +226,18 @@ class JaxReplicas(WaitedSteps, ReplicaStates):
                     update: bool) -> list[jax.Array]:
         """A micro-batch's gradient added to the update's sum; with ``update``, that sum applied."""
         if self._sum is None:  # the first micro-batch: zeros, reused by every later update of the run
-            self._sum = self._placement.replicate(jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), self._params))
+            self._sum = self._zeros()
         args = (self._params, self._opt_state, self._stats, self._sum, batch.x, drops, batch.y, batch.device_sizes,
                 rate, whole, np.bool_(update))
         self._params, self._opt_state, self._stats, self._sum, *sums = \
             self._compiled("accumulate", batch, *args)(*args)
         return sums
+
+    def _zeros(self) -> Any:
+        """An accumulated gradient's start, in the form the update takes (cut where the level shards gradients)."""
+        if self.sharded:
+            return sharding.place(sharding.zeros(self._steps.shapes, self.dtype), self._steps.grads, self.mesh)
+        return self._placement.replicate(jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), self._params))
 
     @scoped
     def gradients(self, batch: Batch) -> State:
@@ -248,24 +268,41 @@ class JaxReplicas(WaitedSteps, ReplicaStates):
     # State -------------------------------------------------------------------
     @scoped
     def replica_state(self, device: int) -> State:
-        variables = {"params": self._params, "batch_stats": self._stats}
+        params = self._steps.whole_params(self._params) if self.sharded else self._params  # a collective
+        variables = {"params": params, "batch_stats": self._stats}
         return from_flax(self.spec, Placement.on(variables, self._placement.local[device * self.parts]))
 
     @scoped
     def load_state(self, state: State) -> None:
         self.spec.check(state)
         variables = to_flax(self.spec, state, self.dtype)
-        self._params = self._placement.replicate(variables["params"])
+        if self.sharded:
+            self._params = sharding.place(variables["params"], self._steps.params, self.mesh)
+        else:
+            self._params = self._placement.replicate(variables["params"])
         self._stats = self._placement.replicate(variables["batch_stats"])
 
     # OptimizerState: optax's state <-> canonical names --------------------------------------------------
     @scoped
     def optimizer_state(self) -> State:
-        own = Placement.on(self._opt_state, self._placement.local[0])
+        whole = self._steps.whole_opt(self._opt_state) if self.sharded else self._opt_state  # a collective
+        own = Placement.on(whole, self._placement.local[0])
         return optimizers.read_state(own, self.setup.optimizer, self.spec)
 
     @scoped
     def load_optimizer_state(self, state: State) -> None:
         check_state(self.setup.optimizer, self.spec, state)
-        self._opt_state = self._placement.replicate(optimizers.write_state(
-            self._steps.optimizer, self.setup.optimizer, self.spec, state, self._params, self.dtype))
+        if not self.sharded:
+            self._opt_state = self._placement.replicate(optimizers.write_state(
+                self._steps.optimizer, self.setup.optimizer, self.spec, state, self._params, self.dtype))
+            return
+        shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, self.dtype), self._steps.shapes)
+        host = optimizers.write_state(self._steps.optimizer, self.setup.optimizer, self.spec, state, shapes, self.dtype)
+        self._opt_state = sharding.place(host, self._steps.opt, self.mesh)
+
+    @scoped
+    def held_bytes(self) -> list[dict[str, int]]:
+        """Bytes of trainable parameters and optimizer slots each of this process's devices holds between updates,
+        read from the arrays' shards on it."""
+        devices = self._placement.local[::self.parts]
+        return sharding.held_bytes(self._params, self._opt_state, self.setup.optimizer, devices)

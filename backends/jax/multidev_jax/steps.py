@@ -146,15 +146,8 @@ def evaluation(model: nn.Module, mesh: Mesh) -> Callable[..., Any]:
                          out_specs=(SHARDED, REPLICATED, REPLICATED, REPLICATED))
 
 
-@lru_cache(maxsize=None)
-def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimizer(), precision: str = "fp32",
-          tf32: bool = False, forms: Forms = Forms()) -> Steps:
-    """Build (once per recipe) the jitted train, accumulation, gradient and evaluation steps."""
-    model = build(spec, Rows(sync, forms.parts, AXIS), compute(mesh, precision, tf32, forms))
-    opt = transformation(optimizer)
-    own = own_gradient(model, sync, forms.parts)
-    gradient, apply = summed_gradient(own, mesh), update(opt)
-
+def composed(gradient: Callable[..., Any], apply: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The train and accumulation steps from step 3 (``gradient``) and step 4 (``apply``), whatever their form."""
     def train(params, opt_state, stats, x, drops, y, sizes, lr, whole):
         grads, loss_sum, correct, new_stats = gradient(params, stats, x, drops, y, sizes, whole)
         return *apply(params, opt_state, grads, lr), new_stats, loss_sum, correct
@@ -166,6 +159,18 @@ def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimi
             now, lambda: (*apply(params, opt_state, held, lr), optax.tree.zeros_like(held)),
             lambda: (params, opt_state, held))
         return params, opt_state, new_stats, held, loss_sum, correct
+    return train, accumulate
+
+
+@lru_cache(maxsize=None)
+def steps(spec: ModelSpec, sync: bool, mesh: Mesh, optimizer: Optimizer = Optimizer(), precision: str = "fp32",
+          tf32: bool = False, forms: Forms = Forms()) -> Steps:
+    """Build (once per recipe) the jitted train, accumulation, gradient and evaluation steps."""
+    model = build(spec, Rows(sync, forms.parts, AXIS), compute(mesh, precision, tf32, forms))
+    opt = transformation(optimizer)
+    own = own_gradient(model, sync, forms.parts)
+    gradient, apply = summed_gradient(own, mesh), update(opt)
+    train, accumulate = composed(gradient, apply)
 
     def gradients(params, stats, x, drops, y, sizes, whole):
         return gradient(params, stats, x, drops, y, sizes, whole)[0]
