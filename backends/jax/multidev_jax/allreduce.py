@@ -29,10 +29,21 @@ BUCKET = 1 << 20
 
 
 def vary(tree: Any, axis: str) -> Any:
-    """``tree`` as a per-device value of the mesh, so that its gradient is each device's own (no psum)."""
-    if hasattr(lax, "pvary"):
-        return jax.tree.map(lambda a: lax.pvary(a, axis), tree)
-    return jax.tree.map(lambda a: lax.pcast(a, axis, to="varying"), tree)  # the name after pvary
+    """``tree`` as a per-device value of the mesh, so that its gradient is each device's own (no psum); a value
+    that already varies (parameters gathered inside the step by a sharded run) stays as it is, which newer JAX
+    requires."""
+    def one(a: Any) -> Any:
+        if axis in varying_axes(a):
+            return a
+        return lax.pvary(a, axis) if hasattr(lax, "pvary") else lax.pcast(a, axis, to="varying")  # pvary's new name
+    return jax.tree.map(one, tree)
+
+
+def varying_axes(a: Any) -> frozenset:
+    """The mesh axes a traced value varies over: ``vma`` in JAX 0.7, ``manual_axis_type.varying`` from 0.10."""
+    kind = jax.typeof(a) if hasattr(jax, "typeof") else None
+    manual = getattr(kind, "manual_axis_type", None)
+    return frozenset(getattr(kind, "vma", None) or getattr(manual, "varying", None) or ())
 
 
 def buckets(sizes: list[int], limit: int = BUCKET) -> list[list[int]]:

@@ -44,8 +44,14 @@ from .optimizers import SLOTS, transformation
 from .steps import GRADIENT_IN, REPLICATED, Steps, composed, compute, evaluation, own_gradient, \
     summed_gradient, update
 
-#: JAX's gather whose result every device holds alike (replicated out of shard_map); plain all_gather before it
-_GATHER = getattr(lax, "all_gather_invariant", lax.all_gather)
+
+
+def _gather(a: jax.Array, axis: int) -> jax.Array:
+    """JAX's gather whose result every device holds alike (replicated out of shard_map): ``all_gather_invariant``
+    in JAX 0.7, ``all_gather(to="invarying")`` from 0.10."""
+    if hasattr(lax, "all_gather_invariant"):
+        return lax.all_gather_invariant(a, AXIS, axis=axis, tiled=True)
+    return lax.all_gather(a, AXIS, axis=axis, tiled=True, to="invarying")
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,7 @@ def gather(a: jax.Array, cut: Cut) -> jax.Array:
     """The whole array from every device's rows: ``all_gather`` along the row axis, the padding cut off."""
     if cut.whole:
         return a
-    return lax.slice_in_dim(_GATHER(a, AXIS, axis=cut.axis, tiled=True), 0, cut.rows, axis=cut.axis)
+    return lax.slice_in_dim(_gather(a, cut.axis), 0, cut.rows, axis=cut.axis)
 
 
 def scatter(a: jax.Array, cut: Cut, k: int) -> jax.Array:
