@@ -37,6 +37,11 @@ class BatchNorm(nn.Module):
         if not self.training:
             return F.batch_norm(x, self.running_mean, self.running_var, self.gamma, self.beta,
                                 training=False, eps=self.eps)
+        if self.exchange is None and not self.across_processes and not x.shape[0]:
+            # No rows (a process's empty shard under FSDP2, which still runs its pass to join the collectives): no
+            # statistics to take, an empty output that keeps gamma and beta in the graph (their gradient: zeros)
+            shape = [1, -1] + [1] * (x.dim() - 2)
+            return (x * self.gamma.view(shape) + self.beta.view(shape)).to(x.dtype)
         if self.exchange is None and not self.across_processes:
             # Local statistics: torch's fused kernel. Its own running update would store the
             # unbiased variance, so the update is done here with the biased one (docs/contract.md).

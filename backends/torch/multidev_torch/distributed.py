@@ -41,11 +41,16 @@ _LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
 
 
 @contextlib.contextmanager
-def _peers() -> Iterator[None]:
-    """A collective that fails because another process is gone is one line, not a traceback."""
+def peers(around: bool = False) -> Iterator[None]:
+    """A collective that fails because another process is gone is one line, not a traceback.
+
+    ``around``: the block does more than collectives (an FSDP2 pass), so only the transport's own errors are a
+    peer gone; any other error is the block's own and goes on as it is."""
     try:
         yield
     except RuntimeError as exc:
+        if around and not (isinstance(exc, dist.DistError) or "gloo" in str(exc)):
+            raise
         first = first_line(exc, "a collective failed")
         raise PeerLost(f"rank {dist.get_rank()} lost the job ({first[:160]}): another process ended; "
                        f"the launcher says which") from None
@@ -179,13 +184,13 @@ def leave() -> None:
 def all_sum(values: np.ndarray) -> np.ndarray:
     """``values`` summed over every process of the job, float64 (on the GPU under NCCL)."""
     tensor = torch.as_tensor(np.asarray(values, np.float64), device=_sums_on[0] if _sums_on else None)
-    with _peers():
+    with peers():
         dist.all_reduce(tensor)
     return tensor.cpu().numpy()
 
 
 def barrier() -> None:
-    with _peers():
+    with peers():
         dist.barrier()
 
 
@@ -205,7 +210,7 @@ def all_sum_tensors(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     if not tensors:  # a model without BatchNorm has no running statistics to sum
         return []
     flat = torch._utils._flatten_dense_tensors(tensors)
-    with _peers():
+    with peers():
         dist.all_reduce(flat)
     return list(torch._utils._unflatten_dense_tensors(flat, tensors))
 
@@ -216,13 +221,13 @@ class GatherAll(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
         parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-        with _peers():
+        with peers():
             dist.all_gather(parts, tensor.contiguous())
         return torch.stack(parts)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         grad = grad.contiguous().clone()
-        with _peers():
+        with peers():
             dist.all_reduce(grad)  # every process's loss depends on every shard's moments
         return grad[dist.get_rank()]

@@ -13,6 +13,8 @@ On a GPU the forms of :mod:`.gpu` apply (cuDNN's algorithm timing, NHWC images),
 Running statistics are made equal after every micro-batch by one rule, in a
 process or a job: the core's ``statistic_sources``, summed here and, in a
 job, over the processes (``all_sum_tensors``).
+A sharded run (``--shard``) keeps each device's rows: by PyTorch's FSDP2 where a CPU job has one device per
+process at ``gradients`` or ``parameters`` (:mod:`.fsdp`), else by the engine's own owners (:mod:`.sharding`).
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ from multidev.engine import (STEP, AllGather, DeviceShard, HostSum, MultidevErro
                              WaitedSteps,
                              State, StepStats, labels, predictions, run_lockstep, statistic_sources)
 
-from . import cpu_layout, gpu, optimizers
+from . import cpu_layout, fsdp, gpu, optimizers
 from .batchnorm import BatchNorm
 from .devices import torch_device
-from .distributed import all_sum_tensors, host_sum
+from .distributed import all_sum_tensors, host_sum, peers
 from .model import MASKS_MISSING, Masks, build
 from .sharding import Owners
 
@@ -92,10 +94,16 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         self.load_state(state)
         # a definition without parameters (an imported graph of operations) has nothing to train: no optimizer
         self._trains = any(True for _ in base.parameters())
-        #: a sharded run's owners of each parameter's rows and their optimizers (sharding.py); None: replicated
-        self._owners = Owners(setup, self.models, self._layout) if setup.shard != "none" and self._trains else None
+        #: one device per process at ``gradients`` or ``parameters``: PyTorch's FSDP2 shards the model (fsdp.py)
+        self._fsdp = fsdp.FullyShard(setup, self.models[0]) \
+            if fsdp.applies(setup, self.models[0], self._layout, self._cuda) else None
+        if self._fsdp is not None:
+            self.process_sums = fsdp.SUMS
+        #: else a sharded run's owners of each parameter's rows and their optimizers (sharding.py); None: replicated
+        self._owners = Owners(setup, self.models, self._layout) \
+            if setup.shard != "none" and self._trains and self._fsdp is None else None
         self.optimizers = [optimizers.torch_optimizer(setup.optimizer, m.parameters()) for m in self.models] \
-            if self._trains and self._owners is None else []
+            if self._trains and self._owners is None and self._fsdp is None else []
         self._updates = 0      # optimizer.step: updates done
         self._holding = False  # replicas' .grad hold micro-batches of an update not yet made
         self._bf16 = setup.precision == "bf16"
@@ -149,8 +157,10 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         return gpu.flags(self._cuda, self.setup.tf32, "benchmark" in self.forms)
 
     def _backward(self, batch: Batch) -> Sums:
-        """Each replica's gradient of its shards' loss over the whole update's B, added to what its .grad holds."""
-        with self._flags():
+        """Each replica's gradient of its shards' loss over the whole update's B, added to what its .grad holds.
+
+        Under FSDP2 the pass gathers the parameters and scatters the gradient: a peer gone is one line."""
+        with self._flags(), peers(around=True) if self._fsdp is not None else contextlib.nullcontext():
             return self._backward_micro(batch)
 
     def _backward_micro(self, batch: Batch) -> Sums:
@@ -158,8 +168,8 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
             raise MultidevError(MASKS_MISSING)
         total = batch.host.batch  # B over every process and micro-batch of the update
         active = batch.host.active
-        if self.processes > 1 and self.sync:
-            active = list(range(len(batch)))  # an empty shard still joins every BatchNorm exchange
+        if (self.processes > 1 and self.sync) or self._fsdp is not None:
+            active = list(range(len(batch)))  # an empty shard still joins every BatchNorm exchange and FSDP2 collective
         if self._owners is not None:
             self._owners.gather()  # the whole parameters for this pass, from their owners
         for model in self.models:
@@ -288,9 +298,14 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
 
     # Protocol --------------------------------------------------------------
     def queue_step(self, batch: Batch, lr: float) -> Sums:
+        if self._fsdp is not None:
+            self._fsdp.sync(last=True)
         stats = self._backward(batch)
         with torch.no_grad():
-            if self._owners is not None:
+            if self._fsdp is not None:
+                self._holding = False  # FSDP2 reduce-scattered the gradient in the backward
+                self._fsdp.step(lr)
+            elif self._owners is not None:
                 self._sharded_update(lr)
             else:
                 self._reduce()
@@ -316,6 +331,8 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         owners.step(lr)
 
     def queue_accumulate(self, batch: Batch) -> Sums:
+        if self._fsdp is not None:
+            self._fsdp.sync(last=False)
         stats = self._backward(batch)  # added to the gradients the replicas hold
         with torch.no_grad():
             self._sync_statistics(batch)  # running statistics move with every micro-batch
@@ -323,8 +340,12 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
 
     def gradients(self, batch: Batch) -> State:
         self._holding = False  # a gradient of this batch alone
+        if self._fsdp is not None:
+            self._fsdp.sync(last=True)
         with self._frozen_statistics():
             self._backward(batch)
+        if self._fsdp is not None:
+            return self._fsdp.gradients()
         self._reduce()
         grads = {name: p.grad.detach().cpu().numpy().copy() for name, p in self.models[0].named_parameters()}
         if self._owners is not None:
@@ -333,6 +354,8 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
 
     def optimizer_state(self) -> State:
         """Device 0's torch optimizer state under canonical names (sharded: gathered from its owners)."""
+        if self._fsdp is not None:
+            return self._fsdp.optimizer_state(self._updates)
         if self._owners is not None:
             return self._owners.optimizer_state(self._updates)
         return optimizers.read_state(self.optimizers[0] if self.optimizers else None, self.setup.optimizer,
@@ -341,6 +364,8 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
     def load_optimizer_state(self, state: State) -> None:
         """Canonical state into every replica's torch optimizer (none: only the update count)."""
         self._updates = int(state[STEP])
+        if self._fsdp is not None:
+            self._fsdp.load_optimizer_state(state)
         if self._owners is not None:
             self._owners.load_optimizer_state(state)
         for opt, model in zip(self.optimizers, self.models):
@@ -348,7 +373,7 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
 
     def _eval_logits(self, batch: Batch) -> list[torch.Tensor]:
         """Inference-mode logits of the non-empty shards, under the training's precision, in the parameters' dtype."""
-        with torch.no_grad(), self._flags(), self._whole():
+        with torch.no_grad(), self._flags(), self._whole():  # under FSDP2 every process gathers, rows or none
             out = []
             for i, (model, shard) in enumerate(zip(self.models, batch)):
                 model.eval()
@@ -369,15 +394,23 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
 
     def _whole(self) -> ContextManager[None]:
         """The whole parameters for a pass that does not update (a sharded run's gathered, released after)."""
+        if self._fsdp is not None:
+            return self._fsdp.whole()
         return self._owners.gathered() if self._owners is not None else contextlib.nullcontext()
 
     def replica_state(self, device: int) -> State:
+        if self._fsdp is not None:
+            return self._fsdp.state()
         with self._whole():
             return {k: v.detach().cpu().numpy().copy() for k, v in self.models[device].state_dict().items()}
 
     def load_state(self, state: State) -> None:
         self.spec.check(state)
-        owners = getattr(self, "_owners", None)  # made after the first load
+        sharded = getattr(self, "_fsdp", None)  # made after the first load
+        if sharded is not None:
+            sharded.load(state)
+            return
+        owners = getattr(self, "_owners", None)
         if owners is not None:
             owners.gather()
         for model in self.models:
@@ -387,6 +420,8 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
 
     def held_bytes(self) -> list[dict[str, int]]:
         """Each device's bytes of parameters and optimizer state between updates (contract: Sharding)."""
+        if self._fsdp is not None:
+            return self._fsdp.held_bytes()
         if self._owners is not None:
             return self._owners.held_bytes()
         return [{"parameters": sum(p.nbytes for p in model.parameters()),

@@ -17,6 +17,11 @@ Across processes the rows cross through the engine's sums: the gradients
 through the replicated run's all-reduce (the same additions, then each
 device keeps its rows), the parameters and the state as a sum of zeros and
 each owner's rows (exact: x + 0 is x). Running statistics stay whole.
+
+A CPU job of one device per process at ``gradients`` or ``parameters`` is not
+sharded here but by PyTorch's own FSDP2 (:mod:`.fsdp`); these owners keep one
+process with several devices, several devices per process, the level
+``optimizer`` (FSDP2 has no ZeRO-1), GPUs, NHWC kernels and scalar parameters.
 """
 
 from __future__ import annotations
