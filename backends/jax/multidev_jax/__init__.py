@@ -14,8 +14,9 @@ engine's to compare): ``backend`` (the engine object the entry point returns),
 devices), ``model`` (any ``multidev.nn`` definition under the canonical names),
 ``batchnorm`` (the contract's BatchNorm, local or sync), ``parallel``,
 ``optimizers`` (the core's optimizers as optax transformations, their state in
-canonical names) and ``distributed`` (one process per device: ``launch``,
-``join``, ``leave``, ``all_sum``).
+canonical names), ``sharding`` (``--shard``: each device's rows of the
+state, ZeRO's stages on the mesh) and ``distributed`` (one process per device:
+``launch``, ``join``, ``leave``, ``all_sum``).
 
 JAX's own: ``layout`` (canonical arrays to Flax variables and back),
 ``shapes`` (the engine's NHWC images and the layers that read the canonical

@@ -9,9 +9,10 @@ engine's to compare): ``backend`` (the engine object the entry point returns),
 ``multidev.nn`` definition from Gluon's layers, under the canonical names),
 ``batchnorm`` (the contract's BatchNorm, local or sync), ``parallel`` (the
 replicas: place, step, kvstore AllReduce, state), ``optimizers`` (the core's
-optimizers as Gluon optimizers, their state in canonical names) and
-``distributed`` (one process per device: ``launch``, ``join``, ``leave``,
-``all_sum``).
+optimizers as Gluon optimizers, their state in canonical names),
+``sharding`` (``--shard``: each device's rows of the state, ZeRO's stages)
+and ``distributed`` (one process per device: ``launch``, ``join``,
+``leave``, ``all_sum``).
 
 MXNet's own: ``windows`` (convolutions and pools whose padding MXNet's
 operators cannot take alone, as the torch engine's module of that name),
