@@ -18,16 +18,17 @@ from multidev.testing.layers import LAYER_CASES, LayerChecks, masked, random_def
 from multidev.testing.pending import PendingChecks
 from multidev.testing.processes import MultiProcessChecks, free_port
 from multidev.testing.recipes import BF16_STEP_RTOL, RecipeChecks
+from multidev.testing.sharding import SHARDED, ShardingChecks
 
 __all__ = [
     # what an engine's test class subclasses: every check, or one promise's
     "Conformance", "EngineFixtures", "AccuracyChecks", "AggregationChecks", "BatchNormChecks", "CheckpointChecks",
     "DataChecks", "EvaluationChecks", "LayerChecks", "MultiProcessChecks", "ParityChecks", "PendingChecks",
-    "PlacementChecks", "RecipeChecks", "ReplicateChecks",
+    "PlacementChecks", "RecipeChecks", "ReplicateChecks", "ShardingChecks",
     # the tolerances and floors the contract holds engines to
     "ACCURACY_FLOOR", "BF16_STEP_RTOL", "CROSS_ENGINE_RTOL", "FLOAT64_RTOL", "KINK_SAFETY", "SAME_ENGINE_RTOL",
     # models, definitions and data the checks run
-    "LAYER_CASES", "LENET", "RESNET", "batch", "digits_folder", "masked", "random_definition", "readme_definition",
+    "LAYER_CASES", "LENET", "RESNET", "SHARDED", "batch", "digits_folder", "masked", "random_definition", "readme_definition",
     "as_uint8_images", "write_images",
     # comparisons and the other helpers of the checks
     "assert_states_close", "assert_states_equal", "conv2d_nchw", "free_port", "kink_margin", "max_rel_error",

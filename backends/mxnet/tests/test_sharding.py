@@ -23,7 +23,7 @@ from multidev.rules.models import ModelSpec
 from multidev.rules.optimizers import Optimizer
 from multidev.rules.sharding import owned_rows
 from multidev.rules.split import cut, shard_sizes
-from multidev.testing._helpers import LENET, batch
+from multidev.testing import LENET, batch
 from multidev.testing.processes import run
 from multidev.testing.sharding import SHARDED
 
