@@ -2,8 +2,9 @@
 
 Each level of ``shard`` is held to the replicated run of the same engine on
 the same weights and batches, in float64, where the only difference allowed
-is the order of a sum the engine cannot keep (``FLOAT64_RTOL``); engines that
-keep it are held to the same bits in their own tests. The checks also read
+is the order of a sum the engine cannot keep (``FLOAT64_RTOL``); an engine
+that keeps it sets ``shard_rtol = 0`` on its class and is held to the same
+bits (torch and MXNet). The checks also read
 what each device holds (``held_bytes()``: per device, the bytes of the
 parameters and of the optimizer state it keeps between updates, where the
 engine reports it) against the sharding rule (its parts padded to equal
@@ -156,43 +157,42 @@ class ShardingChecks(EngineFixtures):
                 for shard in ("parameters", "none")]
         self._same_as(*runs, "LeNet in bf16 at --shard parameters", rtol=1e-5)
 
-    @pytest.mark.slow  # the quick suite's checkpoint checks are replicated; the processes' resume is sharded
-    def test_sharded_state_resumes_replicated(self, engine):
-        """A sharded run's state (gathered whole) loaded into another sharded run goes on as the replicated run."""
-        self._shard_needs(engine, "parameters")
-        k, optimizer = self.fewest(engine), SHARD_RECIPES["adamw"]
-        first = self._sharded_run(engine, LENET, k, "parameters", optimizer, steps=2)
-        again = self.make(engine, LENET, 1, optimizer=optimizer, dtype="float64", shard="optimizer",
-                          state=first.state())
-        again.load_optimizer_state(first.optimizer_state())
-        x, y = batch(LENET, 11, seed=42)
-        again.train_step(again.place(cut(x, y, shard_sizes(len(x), 1))), lr=RATES[2])
-        self._same_as(again, self._sharded_run(engine, LENET, k, "none", optimizer),
-                      "a state gathered at --shard parameters on 2 devices, resumed at --shard optimizer on 1",
-                      FLOAT64_RTOL)  # 1 device adds in another order than 2
-
     @pytest.mark.slow
-    def test_two_processes_sharded_resume_on_one_device_of_another_engine(self, engine, tmp_path):
-        """The issue's promise: 2 processes at --shard parameters train as 2 devices replicated, and their
-        checkpoint (the whole state, gathered) resumes on 1 device of another engine, ending where the
-        uninterrupted run ends."""
+    def test_two_processes_at_every_level_are_the_replicated_run(self, engine, tmp_path):
+        """2 processes at each level against 2 devices replicated; 2 processes x 2 devices at ``parameters`` against
+        themselves replicated (which add a process's devices first, so not as 4 devices do): float64 AdamW, the
+        parameters and the optimizer state (the same bits where the class sets ``shard_rtol = 0``). Then the
+        issue's promise: the checkpoint of 2 processes at ``parameters`` (the whole state, gathered) resumes on 1
+        device of another engine and ends where the uninterrupted run ends."""
         MultiProcessChecks.needs_processes(engine)
-        self._shard_needs(engine, "parameters")
         self.require(engine, "shard_processes")
-        others = [name for name in ("torch", "mxnet", "jax") if name != engine.name and name in installed()]
-        if not others:
-            pytest.skip("no other engine is installed to resume on")
+        self.require(engine, "float64")
         job = ["--dtype", "float64", "--optimizer", "adamw", "--lr", "0.002", "--weight-decay", "0.01"]
-        sharded, straight, resumed = (str(tmp_path / f"{name}.npz") for name in ("sharded", "straight", "resumed"))
-        run(engine.name, "--processes", "2", "--shard", "parameters", *job, "--checkpoint", sharded)
-        run(engine.name, "--devices", "2", *job, "--checkpoint", straight)
-        for name, got in (("parameters", ckpt.load(sharded)[1]), ("optimizer state",
-                                                                  ckpt.load_optimizer_state(sharded))):
-            want = ckpt.load(straight)[1] if name == "parameters" else ckpt.load_optimizer_state(straight)
-            assert_states_close(got, want, rtol=FLOAT64_RTOL, names=[n for n in want if n != STEP], floor=1e-9,
-                                promise=f"sharding: 2 processes at --shard parameters: the checkpoint's {name} is "
-                                        f"not 2 devices' replicated run's")
-        run(others[0], "--devices", "1", *job, "--epochs", "2", "--resume", sharded, "--checkpoint", resumed)
+        both = ["--processes", "2", "--devices", "2"]
+        runs = {"2 devices": ["--devices", "2"], "2 processes x 2 devices": both,
+                **{f"2 processes {level}": ["--processes", "2", "--shard", level] for level in SHARDED
+                   if f"shard_{level}" in engine.capabilities},
+                "2 processes x 2 devices parameters": [*both, "--shard", "parameters"]}
+        for name, argv in runs.items():
+            run(engine.name, *argv, *job, "--checkpoint", str(tmp_path / f"{name}.npz"))
+        for name in runs:
+            if name.endswith(SHARDED):
+                want = "2 processes x 2 devices" if "x 2" in name else "2 devices"
+                got, expected = (tmp_path / f"{name}.npz", tmp_path / f"{want}.npz")
+                for part, load in (("parameters", lambda p: ckpt.load(p)[1]),
+                                   ("optimizer state", ckpt.load_optimizer_state)):
+                    assert_states_close(load(got), load(expected), rtol=self.shard_rtol, floor=1e-9,
+                                        names=[n for n in load(expected) if n != STEP],
+                                        promise=f"sharding: {name}: its {part} differ from {want} replicated")
+        self._resumed_elsewhere(engine, tmp_path, job, tmp_path / "2 processes parameters.npz")
+
+    @staticmethod
+    def _resumed_elsewhere(engine, tmp_path, job: list[str], sharded) -> None:
+        others = [name for name in ("torch", "mxnet", "jax") if name != engine.name and name in installed()]
+        if not others or "shard_parameters" not in engine.capabilities:
+            return
+        resumed, straight = str(tmp_path / "resumed.npz"), str(tmp_path / "straight.npz")
+        run(others[0], "--devices", "1", *job, "--epochs", "2", "--resume", str(sharded), "--checkpoint", resumed)
         run(engine.name, "--devices", "2", *job, "--epochs", "2", "--checkpoint", straight)
         assert_states_close(ckpt.load(resumed)[1], ckpt.load(straight)[1], rtol=FLOAT64_RTOL, floor=1e-9,
                             promise=f"sharding: the --shard parameters checkpoint of 2 {engine.name} processes, "
