@@ -95,4 +95,3 @@ def per_device(shapes: Mapping[str, tuple[int, ...]], slots: int, itemsize: int,
     parts = sharded_parts(level)
     return {part: [(slots if part == "optimizer" else 1) * b
                    for b in device_bytes(shapes, itemsize, devices, parts[part], padded)] for part in parts}
-

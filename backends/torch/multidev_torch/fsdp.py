@@ -42,7 +42,7 @@ from torch.distributed.tensor import DTensor
 from multidev.engine import STEP, MultidevError, Setup, State, slot_name
 
 from .distributed import peers
-from .optimizers import SLOTS, torch_optimizer
+from .optimizers import SLOTS, state_bytes, torch_optimizer
 
 #: the levels FSDP2 takes (it has no ZeRO-1: its optimizer state follows the parameters it shards)
 LEVELS = ("gradients", "parameters")
@@ -176,6 +176,4 @@ class FullyShard:
         ``parameters``, the whole at ``gradients``) and its rows of the optimizer state."""
         module = cast(torch.nn.Module, self.model)
         params = sum(_local(p).nbytes for p in module.parameters())
-        state = sum(_local(v).nbytes for s in self.optimizer.state.values() for k, v in s.items()
-                    if k != "step" and isinstance(v, torch.Tensor))
-        return [{"parameters": int(params), "optimizer": int(state)}]
+        return [{"parameters": int(params), "optimizer": state_bytes(self.optimizer, _local)}]

@@ -10,7 +10,7 @@ state is every device's.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 import numpy as np
 import torch
@@ -28,6 +28,16 @@ def torch_optimizer(optimizer: Optimizer, params: Iterable[torch.nn.Parameter]) 
                                  weight_decay=optimizer.weight_decay, amsgrad=False)
     return torch.optim.SGD(params, lr=0.0, momentum=optimizer.momentum, dampening=0.0, nesterov=optimizer.nesterov,
                            weight_decay=optimizer.weight_decay)
+
+
+def state_bytes(opt: Optional[torch.optim.Optimizer],
+                local: Callable[[torch.Tensor], torch.Tensor] = lambda t: t) -> int:
+    """Bytes of the slot tensors ``opt`` holds (``local``: of this process's shard of each), its counts left out:
+    what a device keeps of the optimizer state (contract: Sharding)."""
+    if opt is None:
+        return 0
+    return int(sum(local(v).nbytes for s in opt.state.values() for k, v in s.items()
+                   if k != "step" and isinstance(v, torch.Tensor)))
 
 
 def read_state(opt: Optional[torch.optim.Optimizer], optimizer: Optimizer, params: Mapping[str, torch.nn.Parameter],

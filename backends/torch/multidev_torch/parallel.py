@@ -425,6 +425,5 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         if self._owners is not None:
             return self._owners.held_bytes()
         return [{"parameters": sum(p.nbytes for p in model.parameters()),
-                 "optimizer": sum(v.nbytes for s in opt.state.values() for k, v in s.items()
-                                  if k != "step" and isinstance(v, torch.Tensor)) if opt else 0}
+                 "optimizer": optimizers.state_bytes(opt)}
                 for model, opt in zip(self.models, self.optimizers or [None] * len(self.models))]

@@ -35,7 +35,7 @@ import torch
 from multidev.engine import STEP, Setup, State, sharded_parts, slot_name
 
 from .distributed import all_sum_tensors
-from .optimizers import SLOTS, torch_optimizer
+from .optimizers import SLOTS, state_bytes, torch_optimizer
 
 
 class Owners:
@@ -215,7 +215,5 @@ class Owners:
         for i, (model, opt) in enumerate(zip(self.models, self.optimizers)):
             params = sum(p.nbytes for p in model.parameters()) if self.views else \
                 sum(p.nbytes for p in self.owned[i].values()) + sum(p.nbytes for p in model.parameters())
-            state = 0 if opt is None else sum(v.nbytes for s in opt.state.values() for k, v in s.items()
-                                               if k != "step" and isinstance(v, torch.Tensor))
-            out.append({"parameters": int(params), "optimizer": int(state)})
+            out.append({"parameters": int(params), "optimizer": state_bytes(opt)})
         return out
