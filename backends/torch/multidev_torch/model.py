@@ -12,7 +12,6 @@ when built (:mod:`.windows`); the token layers' modules are in :mod:`.tokens`.
 from __future__ import annotations
 
 import functools
-import math
 import operator
 from typing import Callable, Optional
 
@@ -112,7 +111,7 @@ FUNCTIONS: dict[type, Callable[[L.Layer, list[torch.Tensor]], torch.Tensor]] = {
     L.MatMul: lambda _, xs: torch.matmul(*_aligned(xs)),
     L.Softmax: lambda layer, xs: F.softmax(xs[0], _axis(layer.axis, xs[0])),
     L.Scale: lambda layer, xs: xs[0] * layer.factor,
-    L.Reshape: lambda layer, xs: _reshape(layer.shape, xs[0]),
+    L.Reshape: lambda layer, xs: _reshape(layer, xs[0]),
     L.Transpose: lambda layer, xs: xs[0].permute(0, *(p + 1 for p in layer.perm)),
     L.Slice: lambda layer, xs: _slice(layer, xs[0]),
     L.Pad: lambda layer, xs: _pad(layer, xs[0]),
@@ -120,13 +119,10 @@ FUNCTIONS: dict[type, Callable[[L.Layer, list[torch.Tensor]], torch.Tensor]] = {
 }
 
 
-def _reshape(shape: tuple[int, ...], x: torch.Tensor) -> torch.Tensor:
-    """Each row to ``shape``, its -1 worked out from a row's size: a batch of no rows (a process's empty shard
-    under FSDP2) cannot say it."""
-    if -1 in shape:
-        row, known = math.prod(x.shape[1:]), -math.prod(shape)
-        shape = tuple(row // known if n == -1 else n for n in shape)
-    return x.reshape(x.shape[0], *shape)
+def _reshape(layer: L.Reshape, x: torch.Tensor) -> torch.Tensor:
+    """Each row to the layer's shape, its -1 worked out by the layer from a row's shape: a batch of no rows (a
+    process's empty shard under FSDP2) cannot say it to ``reshape``."""
+    return x.reshape(x.shape[0], *layer.infer("", [tuple(x.shape[1:])]))
 
 
 def _apply(layer: L.Layer, xs: list[torch.Tensor]) -> torch.Tensor:
