@@ -28,8 +28,8 @@ __all__ = [
     # the tolerances and floors the contract holds engines to
     "ACCURACY_FLOOR", "BF16_STEP_RTOL", "CROSS_ENGINE_RTOL", "FLOAT64_RTOL", "KINK_SAFETY", "SAME_ENGINE_RTOL",
     # models, definitions and data the checks run
-    "LAYER_CASES", "LENET", "RESNET", "SHARDED", "batch", "digits_folder", "masked", "random_definition", "readme_definition",
-    "as_uint8_images", "write_images",
+    "LAYER_CASES", "LENET", "RESNET", "SHARDED", "batch", "digits_folder", "masked", "random_definition",
+    "readme_definition", "as_uint8_images", "write_images",
     # comparisons and the other helpers of the checks
     "assert_states_close", "assert_states_equal", "conv2d_nchw", "free_port", "kink_margin", "max_rel_error",
     "quick", "settled_accuracy",
