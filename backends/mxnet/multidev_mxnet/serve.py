@@ -15,7 +15,7 @@ import ctypes
 import os
 import sys
 
-from .distributed import ROLE_ENV, SCHEDULER, SERVERS, WORKERS, watch
+from .distributed import ROLE_ENV, SCHEDULER, SERVER_DEAD_AFTER, SERVERS, WORKERS, watch
 from .runtime import mxnet
 
 role = os.environ.get(ROLE_ENV)
@@ -27,9 +27,14 @@ keys, values = (ctypes.c_char_p * 1)(b"DMLC_ROLE"), (ctypes.c_char_p * 1)(role.e
 mx.base.check_call(mx.base._LIB.MXInitPSEnv(ctypes.c_uint(1), keys, values))
 kv = mx.kv.create("dist")
 if role == "scheduler":
-    unwatch = watch(kv, WORKERS + SERVERS, "the mxnet scheduler lost {n} process(es) of the job")
+    watches = [watch(kv, WORKERS, "the mxnet scheduler lost {n} worker(s) of the job"),
+               watch(kv, SERVERS, "the mxnet scheduler lost {n} server(s) of the job", SERVER_DEAD_AFTER)]
+
+    def unwatch() -> None:
+        for stop in watches:
+            stop()
 else:
-    unwatch = watch(kv, SCHEDULER, "an mxnet server lost the scheduler")
+    unwatch = watch(kv, SCHEDULER, "an mxnet server lost the scheduler", SERVER_DEAD_AFTER)
 mx.kvstore.KVStoreServer(kv).run()  # returns once every worker has closed its kvstore
 unwatch()
 del kv  # ps-lite's goodbye to the other processes
