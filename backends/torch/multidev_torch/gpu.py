@@ -5,6 +5,10 @@ bound of ``tests/test_gpu.py``): ``benchmark`` lets cuDNN time its
 convolution algorithms once per shape and keep the fastest (a choice by
 measurement, made by cuDNN itself), and ``channels_last`` keeps images and
 convolution weights in NHWC, the layout cuDNN's tensor-core kernels read.
+``compile`` runs each replica through ``torch.compile`` (Inductor's fused
+kernels, forward and backward), and ``cudagraphs`` through its
+``reduce-overhead`` mode, which replays the step's kernels as CUDA graphs:
+a small model's step on a GPU waits on the host launching kernels.
 Which pays depends on the precision; the defaults are what
 ``bench/bench_fashion_shape.py --torch-forms ...`` measured on an H100 (see
 ``DEFAULT``). ``MULTIDEV_TORCH_GPU_FORMS`` pins them: a comma-separated list
@@ -22,7 +26,7 @@ import torch
 from multidev.engine import MultidevError
 
 ENV = "MULTIDEV_TORCH_GPU_FORMS"
-FORMS = ("benchmark", "channels_last")
+FORMS = ("benchmark", "channels_last", "compile", "cudagraphs")
 #: per precision, the fastest in one run of ResNet-18 on Fashion-MNIST's shape (batch 256) on an H100, 2026-11-26
 #: (sec per epoch, first / second; none, benchmark, channels_last, both): fp32 8.6/8.3, 8.7/6.4, 8.5/8.2,
 #: 11.5/6.0; bf16 3.7/3.2, 12.5/3.3, 2.5/2.2, 11.5/2.8. cuDNN's timing costs the first epoch 3-9 s.
@@ -51,6 +55,19 @@ def describe() -> str:
         return f"{pinned} ({ENV} pins it)"
     return "; ".join(f"{precision}: {', '.join(sorted(forms)) or 'none'}" for precision, forms in DEFAULT.items()) \
         + f" (measured on an H100; {ENV} pins a list of {', '.join(FORMS)}, or none)"
+
+
+def compiled(model: torch.nn.Module, forms: frozenset[str]) -> torch.nn.Module:
+    """What runs a replica's forward under ``forms``: ``torch.compile``'s module, or the replica itself."""
+    if "cudagraphs" in forms:
+        return torch.compile(model, mode="reduce-overhead")
+    return torch.compile(model) if "compile" in forms else model
+
+
+def step_begins(forms: frozenset[str]) -> None:
+    """Tell CUDA graphs' replays that a new step begins: its outputs may be overwritten from here."""
+    if "cudagraphs" in forms:
+        torch.compiler.cudagraph_mark_step_begin()
 
 
 @contextmanager

@@ -89,9 +89,13 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         base = build(self.spec)
         self.forms = gpu.chosen(setup.precision, self._cuda) | cpu_layout.chosen(setup, base, self._cuda)
         self._layout = torch.channels_last if "channels_last" in self.forms else torch.contiguous_format
+        if "cudagraphs" in self.forms and setup.accumulate > 1:
+            raise MultidevError(f"{gpu.ENV}=...cudagraphs replays a step's buffers, which micro-batches would "
+                                f"overwrite: leave cudagraphs out with --accumulate (compile keeps Inductor's kernels)")
         self.models = [copy.deepcopy(base).to(place, self.dtype).to(memory_format=self._layout)
                        for place in self._places]
         self.load_state(state)
+        self._calls = [gpu.compiled(m, self.forms) for m in self.models]  # what runs each replica's forward
         # a definition without parameters (an imported graph of operations) has nothing to train: no optimizer
         self._trains = any(True for _ in base.parameters())
         #: one device per process at ``gradients`` or ``parameters``: PyTorch's FSDP2 shards the model (fsdp.py)
@@ -135,7 +139,7 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
     def _forward(self, i: int, x: torch.Tensor, masks: Masks = None) -> torch.Tensor:
         """Replica i's logits, in bfloat16 under ``precision="bf16"`` (autocast is per thread: entered here)."""
         with torch.autocast(self._places[i].type, dtype=torch.bfloat16, enabled=self._bf16):
-            return self.models[i](x, masks)
+            return self._calls[i](x, masks)
 
     def _logits(self, batch: list[Shard], active: list[int]) -> dict[int, torch.Tensor]:
         """Training-mode logits of every non-empty shard; lockstep threads under sync BatchNorm."""
@@ -177,6 +181,7 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
             if not self._holding:
                 model.zero_grad(set_to_none=True)
         self._holding = True
+        gpu.step_begins(self.forms)
         logits = self._logits(batch, active)
         # Shard i's loss is its sum over the whole batch: weight n_i / B (contract: Loss, gradients and the update).
         # In the parameters' dtype: float32 from bfloat16 logits (contract: Mixed precision).

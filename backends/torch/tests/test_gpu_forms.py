@@ -28,7 +28,8 @@ SPEC = multidev.ModelSpec("nhwc", (2, 8, 8), 4, graph=definition().graph())
 SIZES = (5, 3)
 
 
-@pytest.mark.parametrize("value, want", [("benchmark", {"benchmark"}), ("channels_last+benchmark", set(gpu.FORMS)),
+@pytest.mark.parametrize("value, want", [("benchmark", {"benchmark"}), ("channels_last+benchmark", {"benchmark", "channels_last"}),
+                                         ("compile,cudagraphs", {"compile", "cudagraphs"}),
                                          ("none", set()), (" Benchmark , ", {"benchmark"})])
 def test_the_environment_pins_the_forms(monkeypatch, value, want):
     monkeypatch.setenv(gpu.ENV, value)
@@ -49,6 +50,29 @@ def test_an_unknown_form_is_one_line(monkeypatch):
     with pytest.raises(multidev.MultidevError, match="names no form nhwc") as err:
         gpu.chosen("fp32", cuda=True)
     assert "\n" not in str(err.value) and "channels_last" in str(err.value)
+
+
+@pytest.mark.slow
+def test_compiled_replicas_step_as_the_reference(monkeypatch):
+    """``compile`` (Inductor's kernels, forward and backward: 20-40 s to compile here), tried on a CPU device:
+    the float64 update and running statistics (mutated buffers) are the reference's."""
+    monkeypatch.setattr(gpu, "chosen", lambda precision, cuda: frozenset({"compile"}))
+    x, y = batch(SPEC, sum(SIZES))
+    setup = multidev.Setup(SPEC, tuple(multidev.resolve_devices(devices=1)), "local", "float64")
+    reps = multidev.replicate(multidev.load_backend("torch"), setup, SPEC.init(2))
+    assert all(call is not model for call, model in zip(reps._calls, reps.models)), "the forward is compiled"
+    placed = reps.place(multidev.cut(x, y, (len(x),)))
+    reps.train_step(placed, lr=0.1)
+    want = reference.train_step(SPEC, SPEC.init(2), x, y, 0.1, (len(x),), "local", np.float64)[0]
+    assert_states_close(reps.state(), want, rtol=FLOAT64_RTOL, promise="compiled update")
+
+
+def test_cuda_graphs_with_micro_batches_are_one_line(monkeypatch):
+    monkeypatch.setattr(gpu, "chosen", lambda precision, cuda: frozenset({"cudagraphs"}))
+    setup = multidev.Setup(SPEC, tuple(multidev.resolve_devices(devices=1)), accumulate=2)
+    with pytest.raises(multidev.MultidevError, match="leave cudagraphs out with --accumulate") as err:
+        multidev.replicate(multidev.load_backend("torch"), setup, SPEC.init(2))
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("batchnorm", ["local", "sync"])
