@@ -7,6 +7,7 @@ the core's own business and may change without notice to engine authors.
 
 from __future__ import annotations
 
+from multidev.engines.activity import doing
 from multidev.engines.capabilities import CAPABILITIES
 from multidev.engines.choices import Kept as KeptChoices
 from multidev.engines.choices import cache_home, cpu_tag, pinned_form
@@ -47,6 +48,8 @@ __all__ = [
     "MultiProcess", "ReplicaStates", "WaitedSteps", "cpu_flags", "first_line", "labels", "predictions", "usable_cores",
     # forms chosen by timing them on this CPU, kept per CPU kind (multidev.engines.choices)
     "KeptChoices", "cache_home", "cpu_tag", "pinned_form",
+    # what the engine is busy with while a step takes long (compiling, timing forms): the progress bar shows it
+    "doing",
     # the sharding rule (contract: Sharding): which rows of each array a device owns at which level
     "LEVELS", "owned_rows", "padded_rows", "sharded_parts",
 ]

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
+from multidev.engines.activity import doing
 from multidev.errors import MultidevError
 
 
@@ -107,7 +108,11 @@ class Kept:
         """The kept form for ``key``, else the form whose timer gives the fewest seconds, kept for later runs."""
         chosen = self.get(key)
         if chosen is None:
-            seconds = {form: timers[form]() for form in self.forms}
+            what = self.filename.rsplit(".", 1)[0].replace("_", " ")
+            seconds = {}
+            for form in self.forms:
+                with doing(f"timing {what}: {form}"):
+                    seconds[form] = timers[form]()
             chosen = min(seconds, key=seconds.__getitem__)
             self.put(key, chosen)
             self.measured.append(key)

@@ -12,6 +12,7 @@ import numpy as np
 
 from multidev.data import Dataset, batches, epoch_order, num_batches
 from multidev.data.transforms import Transforms
+from multidev.engines import activity
 from multidev.engines.protocol import Replicas
 from multidev.processes.job import Job
 from multidev.rules.dropout import shard_masks
@@ -86,7 +87,7 @@ def _progress(show: bool, total: int, initial: int, epoch: int):
     from tqdm.auto import tqdm
     bar = tqdm(total=total, initial=initial, desc=f"epoch {epoch}", unit="batch", leave=False)
     if initial == 0 and epoch == 1:
-        bar.set_postfix_str("first step: compiling, where the engine compiles")
+        bar.set_postfix_str("first step", refresh=False)
     running = threading.Event()
     ticker = threading.Thread(target=_tick, args=(bar, running), daemon=True)
     ticker.start()
@@ -99,9 +100,18 @@ def _progress(show: bool, total: int, initial: int, epoch: int):
 
 
 def _tick(bar, done: threading.Event) -> None:
-    """The bar's clock goes on while a step runs: a JAX step compiling (and timing this CPU's forms) can take
-    half a minute, and a bar that stands at 00:00 meanwhile reads as a hang."""
+    """The bar's clock goes on while a step runs, saying what the engine is busy with (``activity.current``): a
+    JAX step compiling and timing this CPU's forms can take half a minute, and a bar that stands still meanwhile
+    reads as a hang."""
+    before: Optional[str] = None  # what the bar said before the engine got busy
     while not done.wait(1.0):
+        busy = activity.current()
+        if busy is not None:
+            before = bar.postfix or "" if before is None else before
+            bar.set_postfix_str(busy, refresh=False)
+        elif before is not None:
+            bar.set_postfix_str(before, refresh=False)
+            before = None
         bar.refresh()
 
 

@@ -18,6 +18,8 @@ from typing import Any, Callable, Hashable, Optional
 
 import jax
 
+from multidev.engine import doing
+
 from . import compile_cache, distributed
 from .forms import threads as xla_threads
 
@@ -43,7 +45,8 @@ class Compiler:
         if compiled is None:
             start, hits = time.perf_counter(), compile_cache.hits()
             name = str(key[0]) if isinstance(key, tuple) and key else str(key)
-            compiled = xla_threads.compile(jitted.lower(*args), name, args, self.threads)  # type: ignore[attr-defined]
+            with doing(f"compiling {name}"):
+                compiled = xla_threads.compile(jitted.lower(*args), name, args, self.threads)  # type: ignore
             if jax.process_count() > 1:  # every process compiles the same steps in the same order
                 distributed.barrier()
             self.seconds += time.perf_counter() - start
