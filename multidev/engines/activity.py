@@ -18,12 +18,13 @@ from typing import Iterator, Optional
 
 _lock = threading.Lock()
 _busy: list[tuple[int, str, float]] = []  # (thread, what, since), outermost first
+_clock = time.monotonic
 
 
 @contextmanager
 def doing(what: str) -> Iterator[None]:
     """Say that this thread does ``what`` (a few words: "compiling train") until the block ends."""
-    entry = (threading.get_ident(), what, time.monotonic())
+    entry = (threading.get_ident(), what, _clock())
     with _lock:
         _busy.append(entry)
     try:
@@ -40,7 +41,7 @@ def current() -> Optional[str]:
             return None
         thread = _busy[-1][0]
         mine = [(what, since) for t, what, since in _busy if t == thread]
-    seconds = time.monotonic() - mine[-1][1]
+    seconds = _clock() - mine[-1][1]
     names = [what for what, _ in mine]
     shown = names if len(names) <= 2 else [names[0], "...", names[-1]]  # a bar's line has room for a few words
     return " / ".join(shown) + (f" ({seconds:.0f} s)" if seconds >= 1 else "")

@@ -79,6 +79,10 @@ class Epoch:
         return replace(shards, masks=masks)
 
 
+#: seconds between the bar's refreshes while a step runs
+TICK = 1.0
+
+
 @contextlib.contextmanager
 def _progress(show: bool, total: int, initial: int, epoch: int):
     if not show:
@@ -104,7 +108,7 @@ def _tick(bar, done: threading.Event) -> None:
     JAX step compiling and timing this CPU's forms can take half a minute, and a bar that stands still meanwhile
     reads as a hang."""
     before: Optional[str] = None  # what the bar said before the engine got busy
-    while not done.wait(1.0):
+    while not done.wait(TICK):
         busy = activity.current()
         if busy is not None:
             before = bar.postfix or "" if before is None else before

@@ -5,6 +5,7 @@ import time
 
 from multidev.engine import KeptChoices, doing
 from multidev.engines import activity
+from multidev.training import loop
 from multidev.training.loop import _tick
 
 
@@ -19,10 +20,14 @@ def test_the_innermost_work_of_the_busy_thread_is_shown_with_its_outer_work():
     assert activity.current() is None
 
 
-def test_the_seconds_show_once_work_has_lasted_one():
+def test_the_seconds_show_once_work_has_lasted_one(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(activity, "_clock", lambda: now[0])
     with doing("compiling train"):
-        time.sleep(1.1)
-        assert activity.current() == "compiling train (1 s)"
+        now[0] += 0.9
+        assert activity.current() == "compiling train"
+        now[0] += 11.0
+        assert activity.current() == "compiling train (12 s)"
 
 
 class Bar:
@@ -37,16 +42,17 @@ class Bar:
         pass
 
 
-def test_the_bar_says_what_the_engine_is_busy_with_and_then_what_it_said_before():
+def test_the_bar_says_what_the_engine_is_busy_with_and_then_what_it_said_before(monkeypatch):
+    monkeypatch.setattr(loop, "TICK", 0.05)
     bar, done = Bar(), threading.Event()
     ticker = threading.Thread(target=_tick, args=(bar, done))
     ticker.start()
     with doing("compiling train"):
-        time.sleep(1.5)
-    time.sleep(1.2)
+        time.sleep(0.3)
+    time.sleep(0.3)
     done.set()
     ticker.join()
-    assert bar.said[0].startswith("compiling train"), bar.said
+    assert bar.said[0] == "compiling train", bar.said
     assert bar.postfix == "first step", bar.said
 
 
