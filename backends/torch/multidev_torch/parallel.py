@@ -90,8 +90,8 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         self.forms = gpu.chosen(setup.precision, self._cuda) | cpu_layout.chosen(setup, base, self._cuda)
         self._layout = torch.channels_last if "channels_last" in self.forms else torch.contiguous_format
         if "cudagraphs" in self.forms and setup.accumulate > 1:
-            raise MultidevError(f"{gpu.ENV}=...cudagraphs replays a step's buffers, which micro-batches would "
-                                f"overwrite: leave cudagraphs out with --accumulate (compile keeps Inductor's kernels)")
+            raise MultidevError(f"{gpu.ENV} names cudagraphs, whose replays would overwrite the gradients that "
+                                f"micro-batches add up: leave cudagraphs out with --accumulate (compile may stay)")
         self.models = [copy.deepcopy(base).to(place, self.dtype).to(memory_format=self._layout)
                        for place in self._places]
         self.load_state(state)
