@@ -5,7 +5,7 @@ server, before anything can watch the job. So the launcher passes the role
 in a variable of multidev's own, and this program hands it to ps-lite's own
 settings (``MXInitPSEnv``), never to the process environment, and then
 serves, watched: ps-lite's heartbeats (``PS_HEARTBEAT_INTERVAL``, set by the
-launcher) tell the scheduler when a process of another machine is gone, and
+launcher) tell the scheduler when a worker of another machine is gone, and
 it then ends, which ends the job everywhere (see :func:`.distributed.watch`).
 The arguments after ``--`` are the job's, there only so that ``ps`` shows
 which job a scheduler or server belongs to.
@@ -15,7 +15,7 @@ import ctypes
 import os
 import sys
 
-from .distributed import ROLE_ENV, SCHEDULER, SERVER_DEAD_AFTER, SERVERS, WORKERS, watch
+from .distributed import ROLE_ENV, WORKERS, watch
 from .runtime import mxnet
 
 role = os.environ.get(ROLE_ENV)
@@ -26,15 +26,10 @@ mx = mxnet()
 keys, values = (ctypes.c_char_p * 1)(b"DMLC_ROLE"), (ctypes.c_char_p * 1)(role.encode())
 mx.base.check_call(mx.base._LIB.MXInitPSEnv(ctypes.c_uint(1), keys, values))
 kv = mx.kv.create("dist")
-if role == "scheduler":
-    watches = [watch(kv, WORKERS, "the mxnet scheduler lost {n} worker(s) of the job"),
-               watch(kv, SERVERS, "the mxnet scheduler lost {n} server(s) of the job", SERVER_DEAD_AFTER)]
-
-    def unwatch() -> None:
-        for stop in watches:
-            stop()
-else:
-    unwatch = watch(kv, SCHEDULER, "an mxnet server lost the scheduler", SERVER_DEAD_AFTER)
+# the scheduler watches the workers; a server watches nothing: its machine's launcher stops it once that machine's
+# workers end, and they end when the scheduler does (a server's own watch ended healthy jobs under load)
+unwatch = watch(kv, WORKERS, "the mxnet scheduler lost {n} worker(s) of the job") if role == "scheduler" \
+    else (lambda: None)
 mx.kvstore.KVStoreServer(kv).run()  # returns once every worker has closed its kvstore
 unwatch()
 del kv  # ps-lite's goodbye to the other processes
