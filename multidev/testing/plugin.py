@@ -22,13 +22,17 @@ import pytest
 
 #: the marker's line, as multidev's own pyproject.toml registers it
 SLOW = "slow: trains a real model for a minute or more (run with -m slow)"
+#: slow variants that repeat a promise another slow test holds (CI runs -m "slow and not full")
+FULL = "full: a slow variant beyond CI's time, of a promise another slow test holds (-m slow runs it too)"
 #: the module whose classes are the kit's checks: a session that imported it may hold them
 KIT = "multidev.testing.kit"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if not any(line.split(":")[0].strip() == "slow" for line in config.getini("markers")):
-        config.addinivalue_line("markers", SLOW)
+    known = {line.split(":")[0].strip() for line in config.getini("markers")}
+    for name, line in (("slow", SLOW), ("full", FULL)):
+        if name not in known:
+            config.addinivalue_line("markers", line)
 
 
 def _marker_expression_given(config: pytest.Config) -> bool:

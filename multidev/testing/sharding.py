@@ -158,33 +158,32 @@ class ShardingChecks(EngineFixtures):
         self._same_as(*runs, "LeNet in bf16 at --shard parameters", rtol=1e-5)
 
     @pytest.mark.slow
-    def test_two_processes_at_every_level_are_the_replicated_run(self, engine, tmp_path):
-        """2 processes at each level against 2 devices replicated; 2 processes x 2 devices at ``parameters`` against
-        themselves replicated (which add a process's devices first, so not as 4 devices do): float64 AdamW, the
-        parameters and the optimizer state (the same bits where the class sets ``shard_rtol = 0``). Then the
-        issue's promise: the checkpoint of 2 processes at ``parameters`` (the whole state, gathered) resumes on 1
-        device of another engine and ends where the uninterrupted run ends."""
+    @pytest.mark.parametrize("level", [pytest.param("optimizer", marks=pytest.mark.full),
+                                       pytest.param("gradients", marks=pytest.mark.full), "parameters",
+                                       pytest.param("parameters 2x2", marks=pytest.mark.full)])
+    def test_two_processes_at_a_level_are_the_replicated_run(self, engine, level, tmp_path):
+        """2 processes at ``level`` against 2 devices replicated; ``parameters 2x2``: 2 processes x 2 devices
+        against themselves replicated (which add a process's devices first, so not as 4 devices do). float64
+        AdamW, the parameters and the optimizer state (the same bits where the class sets ``shard_rtol = 0``).
+        At ``parameters`` (CI's level: it gathers, reduce-scatters and updates rows, every path) the issue's
+        promise too: the checkpoint (the whole state, gathered) resumes on 1 device of another engine and ends
+        where the uninterrupted run ends."""
         MultiProcessChecks.needs_processes(engine)
         self.require(engine, "shard_processes")
         self.require(engine, "float64")
+        self.require(engine, f"shard_{level.split()[0]}")
         job = ["--dtype", "float64", "--optimizer", "adamw", "--lr", "0.002", "--weight-decay", "0.01"]
-        both = ["--processes", "2", "--devices", "2"]
-        runs = {"2 devices": ["--devices", "2"], "2 processes x 2 devices": both,
-                **{f"2 processes {level}": ["--processes", "2", "--shard", level] for level in SHARDED
-                   if f"shard_{level}" in engine.capabilities},
-                "2 processes x 2 devices parameters": [*both, "--shard", "parameters"]}
-        for name, argv in runs.items():
-            run(engine.name, *argv, *job, "--checkpoint", str(tmp_path / f"{name}.npz"))
-        for name in runs:
-            if name.endswith(SHARDED):
-                want = "2 processes x 2 devices" if "x 2" in name else "2 devices"
-                got, expected = (tmp_path / f"{name}.npz", tmp_path / f"{want}.npz")
-                for part, load in (("parameters", lambda p: ckpt.load(p)[1]),
-                                   ("optimizer state", ckpt.load_optimizer_state)):
-                    assert_states_close(load(got), load(expected), rtol=self.shard_rtol, floor=1e-9,
-                                        names=[n for n in load(expected) if n != STEP],
-                                        promise=f"sharding: {name}: its {part} differ from {want} replicated")
-        self._resumed_elsewhere(engine, tmp_path, job, tmp_path / "2 processes parameters.npz")
+        form = ["--processes", "2", "--devices", "2"] if level.endswith("2x2") else ["--processes", "2"]
+        replicated = form if level.endswith("2x2") else ["--devices", "2"]
+        sharded, expected = tmp_path / "sharded.npz", tmp_path / "replicated.npz"
+        run(engine.name, *replicated, *job, "--checkpoint", str(expected))
+        run(engine.name, *form, "--shard", level.split()[0], *job, "--checkpoint", str(sharded))
+        for part, load in (("parameters", lambda p: ckpt.load(p)[1]), ("optimizer state", ckpt.load_optimizer_state)):
+            assert_states_close(load(sharded), load(expected), rtol=self.shard_rtol, floor=1e-9,
+                                names=[n for n in load(expected) if n != STEP],
+                                promise=f"sharding: 2 processes at {level}: its {part} differ from the replicated run's")
+        if level == "parameters":
+            self._resumed_elsewhere(engine, tmp_path, job, sharded)
 
     @staticmethod
     def _resumed_elsewhere(engine, tmp_path, job: list[str], sharded) -> None:
