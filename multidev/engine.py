@@ -35,10 +35,10 @@ from multidev.rules.sharding import LEVELS, owned_rows, padded_rows, sharded_par
 from multidev.rules.split import DeviceShard, Placed, Shards
 
 __all__ = [
-    "Accumulates", "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "cause", "DTYPES", "Device",
-    "DeviceShard", "Helper", "LAYERS", "LN_EPS", "Launch", "ModelSpec", "MultiProcessBackend", "MultidevError", "Optimizer",
-    "OptimizerState", "PendingStats", "PlansCpuDevices", "PRECISIONS", "HostSum", "Param", "Placed", "ProcessGroup", "QueuesSteps",
-    "STEP", "plan_cpu_devices",
+    "Accumulates", "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "cause",
+    "DTYPES", "Device", "DeviceShard", "Helper", "LAYERS", "LN_EPS", "Launch", "ModelSpec", "MultiProcessBackend",
+    "MultidevError", "Optimizer", "OptimizerState", "PendingStats", "PlansCpuDevices", "PRECISIONS", "HostSum", "Param",
+    "Placed", "ProcessGroup", "QueuesSteps", "STEP", "plan_cpu_devices",
     "check_state", "slot_name", "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments",
     "resnet18_blocks", "run_lockstep", "running_statistic", "spawn", "statistic_sources", "worker_failed",
     # restarts after a fault and signals passed on, for an engine whose framework brings its own launcher

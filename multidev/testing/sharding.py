@@ -181,7 +181,8 @@ class ShardingChecks(EngineFixtures):
         for part, load in (("parameters", lambda p: ckpt.load(p)[1]), ("optimizer state", ckpt.load_optimizer_state)):
             assert_states_close(load(sharded), load(expected), rtol=self.shard_rtol, floor=1e-9,
                                 names=[n for n in load(expected) if n != STEP],
-                                promise=f"sharding: 2 processes at {level}: its {part} differ from the replicated run's")
+                                promise=f"sharding: 2 processes at {level}: its {part} differ from the "
+                                        f"replicated run's")
         if level == "parameters":
             self._resumed_elsewhere(engine, tmp_path, job, sharded)
 

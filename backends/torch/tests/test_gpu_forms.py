@@ -28,7 +28,8 @@ SPEC = multidev.ModelSpec("nhwc", (2, 8, 8), 4, graph=definition().graph())
 SIZES = (5, 3)
 
 
-@pytest.mark.parametrize("value, want", [("benchmark", {"benchmark"}), ("channels_last+benchmark", {"benchmark", "channels_last"}),
+@pytest.mark.parametrize("value, want", [("benchmark", {"benchmark"}),
+                                         ("channels_last+benchmark", {"benchmark", "channels_last"}),
                                          ("compile,cudagraphs", {"compile", "cudagraphs"}),
                                          ("none", set()), (" Benchmark , ", {"benchmark"})])
 def test_the_environment_pins_the_forms(monkeypatch, value, want):
