@@ -90,8 +90,6 @@ def _progress(show: bool, total: int, initial: int, epoch: int):
         return
     from tqdm.auto import tqdm
     bar = tqdm(total=total, initial=initial, desc=f"epoch {epoch}", unit="batch", leave=False)
-    if initial == 0 and epoch == 1:
-        bar.set_postfix_str("first step", refresh=False)
     running = threading.Event()
     ticker = threading.Thread(target=_tick, args=(bar, running), daemon=True)
     ticker.start()
