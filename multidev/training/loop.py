@@ -109,7 +109,7 @@ def _tick(bar, done: threading.Event) -> None:
     while not done.wait(TICK):
         busy = activity.current()
         if busy is not None:
-            before = bar.postfix or "" if before is None else before
+            before = (bar.postfix or "") if before is None else before
             bar.set_postfix_str(busy, refresh=False)
         elif before is not None:
             bar.set_postfix_str(before, refresh=False)

@@ -46,7 +46,8 @@ class Compiler:
             start, hits = time.perf_counter(), compile_cache.hits()
             name = str(key[0]) if isinstance(key, tuple) and key else str(key)
             with doing(f"compiling {name}"):
-                compiled = xla_threads.compile(jitted.lower(*args), name, args, self.threads)  # type: ignore
+                lowered = jitted.lower(*args)  # type: ignore[attr-defined]
+                compiled = xla_threads.compile(lowered, name, args, self.threads)
             if jax.process_count() > 1:  # every process compiles the same steps in the same order
                 distributed.barrier()
             self.seconds += time.perf_counter() - start

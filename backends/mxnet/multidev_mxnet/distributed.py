@@ -69,7 +69,7 @@ BIGARRAY_ENV, BIGARRAY_DEFAULT = "MXNET_KVSTORE_BIGARRAY_BOUND", 1_000_000
 #: the role of a helper process (multidev_mxnet.serve): not DMLC_ROLE, with which MXNet serves as it loads
 ROLE_ENV = "MULTIDEV_MXNET_ROLE"
 #: ps-lite's node groups (ps/base.h), for MXKVStoreGetNumDeadNode
-SCHEDULER, SERVERS, WORKERS = 1, 2, 4
+SCHEDULER, WORKERS = 1, 4
 #: seconds between heartbeats, and without one before a worker or the scheduler counts as dead
 HEARTBEAT_SECONDS, DEAD_AFTER = 1, 20
 #: seconds a worker waits for the scheduler and every other process (JAX's own initialization_timeout)
