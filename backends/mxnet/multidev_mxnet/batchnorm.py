@@ -122,8 +122,18 @@ class BatchNorm(nn.BatchNorm):
                 self.normalize = Normalize(channels, eps)
         self.exchange: Optional[StatsExchange] = None
         self.batch_statistics: Optional[tuple[mx.nd.NDArray, mx.nd.NDArray]] = None
+        self.blends = False
+
+    def blend_statistics(self) -> None:
+        """Blend the running statistics here, in the arrays' precision: the op takes its momentum as a 32-bit
+        float (0.9 is 2.4e-8 off), which a float64 run must not. The op's momentum becomes 1, which keeps
+        them exactly; the layer then runs outside a compiled graph."""
+        self._kwargs["momentum"] = 1.0
+        self.blends = True
 
     def hybrid_forward(self, F, x, gamma, beta, running_mean, running_var):
+        if self.exchange is None and self.blends and autograd.is_training():
+            return self._blended(x, gamma, beta, running_mean, running_var)
         if self.exchange is None or not autograd.is_training():
             return super().hybrid_forward(F, x, gamma, beta, running_mean, running_var)
         if F is not nd:
@@ -133,6 +143,18 @@ class BatchNorm(nn.BatchNorm):
         if self.exchange.is_leader(x.context):
             self.batch_statistics = (mean.detach(), var.detach())
         return self.normalize(x, mean, var, gamma, beta)
+
+    def _blended(self, x, gamma, beta, running_mean, running_var):
+        """The op's normalisation and gradients; the batch's (mean, biased var) blended into the running ones."""
+        if not isinstance(x, nd.NDArray):
+            raise RuntimeError("a BatchNorm that blends its own statistics runs imperatively: do not hybridize it")
+        out, mean, invstd = nd.BatchNorm(x, gamma, beta, running_mean, running_var, output_mean_var=True,
+                                         **self._kwargs)
+        with autograd.pause():
+            var = 1.0 / (invstd * invstd) - self._kwargs["eps"]  # the op keeps 1 / sqrt(var + eps)
+            for running, batch in ((running_mean, mean), (running_var, var)):
+                running[:] = (1.0 - self.momentum) * running + self.momentum * batch
+        return out
 
     def fold_batch_statistics(self) -> None:
         """Blend the last exchange's whole-batch statistics into the running ones, on the leader's context.

@@ -223,18 +223,19 @@ def contains_batchnorm(block: nn.Block) -> bool:
     return bool(batchnorms(block))
 
 
-def hybridize(block: nn.Block, sync: bool) -> None:
-    """Compile the whole network; under sync BatchNorm, the largest pieces that hold no BatchNorm.
+def hybridize(block: nn.Block, around_batchnorm: bool) -> None:
+    """Compile the whole network; ``around_batchnorm``, the largest pieces that hold no BatchNorm.
 
-    Sync BatchNorm exchanges statistics between threads in Python, which a
-    compiled graph cannot do; the layers around it still run compiled.
+    Sync BatchNorm exchanges statistics between threads in Python, and a
+    float64 one blends its running statistics in Python, which a compiled
+    graph cannot do; the layers around it still run compiled.
     """
-    if not (sync and contains_batchnorm(block)):
+    if not (around_batchnorm and contains_batchnorm(block)):
         if isinstance(block, nn.HybridBlock):
             block.hybridize(static_alloc=True)
         return
     for child in block._children.values():
-        hybridize(child, sync)
+        hybridize(child, around_batchnorm)
 
 
 def trace(net: nn.Block, inputs: list, sync: bool) -> None:

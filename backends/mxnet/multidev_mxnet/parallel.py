@@ -119,7 +119,10 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
         for param in self._trainable:
             param.grad_req = "add" if self._adding else "write"  # before the graphs are built
             param.wd_mult = param.lr_mult = 1.0  # the contract decays every parameter, BatchNorm's too
-        hybridize(self.net, self.sync)
+        exact = self.dtype != np.float32  # float64: BatchNorm blends its running statistics in float64
+        for bn in batchnorms(self.net) if exact else ():
+            bn.blend_statistics()
+        hybridize(self.net, self.sync or exact)
         start = time.perf_counter()
         trace(self.net, self.net.example(self.contexts[0], self.dtype), self.sync)
         self._compute = self.net  # what computes the logits: the network, or its bfloat16 graph
