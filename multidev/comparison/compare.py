@@ -61,27 +61,24 @@ class _Runner:
         truth = self.truths.get(spec.device_count)
         outcome = self(spec, folder if truth else None)
         if outcome.result is not None and truth:
-            outcome.divergence = measure(truth[0], folder, truth[1].label)
+            outcome.divergence = measure(truth[0], folder, truth[1].label, spec.dtype, spec.precision)
         shutil.rmtree(folder, ignore_errors=True)
         return outcome
 
 
-def _verdicts(outcomes: list[Outcome]) -> None:
-    """Each measured run called rounding or not, against the first float32 run of its device count."""
-    scales: dict[int, Outcome] = {}
+def _verdicts(outcomes: list[Outcome], truths: dict[int, tuple[Path, Settings]]) -> None:
+    """Each measured run: rounding, or where its difference was born and, from the same engine's float64 run
+    (or the truth, where that is the engine's own), why."""
     for o in outcomes:
         if o.divergence is None:
             continue
         if o.spec.dtype == "float64":
             o.verdict = describe_float64(o.divergence)
             continue
-        scale = scales.setdefault(o.spec.device_count, o)
-        if scale is o:
-            o.verdict = f"rounding scale ({o.spec.engine_name} float32)"
-            continue
+        truth = o.spec.device_count in truths and truths[o.spec.device_count][1] == o.spec.at_float64()
         twin = next((t for t in outcomes if t.spec == o.spec.at_float64()), None)
-        o.verdict = describe_float32(o.divergence, scale.divergence, o.spec.engine_name,
-                                     twin.divergence if twin is not None else None, twin is None)
+        o.verdict = describe_float32(o.divergence, o.spec.engine_name, twin.divergence if twin is not None else None,
+                                     twin is None, truth)
 
 
 def _check(specs: Sequence[Settings]) -> None:
@@ -109,12 +106,13 @@ def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2
 
     With ``truth`` each device count also runs once in float64, on the first
     engine that can, and every float32 run's parameters are measured against
-    it over training (``multidev.comparison.divergence``): the first engine's
-    float32 run gives the scale of rounding, and each other run is called
-    'rounding' or 'beyond rounding' against it. ReLU kinks make rounding jump
-    now and then, so ``float64`` also runs every other engine in float64: a
-    float64 run that stays on the truth shows that the engine defines
-    everything the same.
+    it over training (``multidev.comparison.divergence``): a run is
+    'rounding' while it stays within float32's reach of the truth, and
+    otherwise the verdict says at which step and in which array its
+    difference was born. ReLU kinks make rounding jump now and then, so
+    ``float64`` also runs every other engine in float64: a float64 run that
+    stays on the truth shows that the engine defines everything the same,
+    and so that a float32 difference was born of rounding.
     """
     if isinstance(backends, str):  # "torch,jax", as the command line writes them
         backends = [b.strip() for b in backends.split(",") if b.strip()]
@@ -139,7 +137,8 @@ def compare(backends: Sequence[str] = ("torch",), devices: Sequence[int] = (1, 2
             if bar is not None:
                 bar.total = len(specs) + len(runner.truths)
         outcomes += [runner.measured(i, spec) for i, spec in enumerate(specs)]
-        _verdicts(outcomes)  # while a data set made in Python is still on disk: its twins' settings check its path
+        # while a data set made in Python is still on disk: its twins' settings check its path
+        _verdicts(outcomes, runner.truths)
     # An engine without float64 says so in its verdict; its failed float64 rows would only clutter the table.
     outcomes = [o for o in outcomes if not (o.spec.dtype == "float64" and o.error and "float32 only" in o.error)]
     if bar is not None:

@@ -1,64 +1,99 @@
-"""How far two runs' parameters part over training: rounding, or a different definition?
+"""How far a run's state parts from the float64 truth over training, and where the difference is born.
 
-A run started with ``trace=FOLDER`` saves its trainable parameters after the
-first steps (:data:`TRACE_STEPS`) and after every epoch. ``multidev compare``
-runs the same job once more in float64 (the truth) and measures every float32
-run's distance from it at each saved step. Float32 rounding alone moves a run
-away from the truth, and training amplifies it; an engine that defines
-something differently moves further, from the first steps on. The first
-engine's float32 run sets the scale of rounding for the others.
+A run started with ``trace=FOLDER`` saves its parameters and running statistics at its start (step 0),
+after the first steps (:data:`TRACE_STEPS`) and after every epoch. ``multidev compare`` runs the job once
+more in float64 (the truth) and measures every run against it at each saved step, array by array.
+
+Rounding alone keeps a run within *reach* of the truth: float32 gradients lie within
+:data:`GRADIENT_SHARE` of float64's where no ReLU sits at its kink (the contract's ``SAME_ENGINE_RTOL``), so
+rounding moves an array by at most that share of the way the truth moved it, plus what storing it rounds.
+A difference is *born* at the first step and array where a run leaves its reach: a ReLU that rounding
+flipped, a BatchNorm channel whose variance is within epsilon (which magnifies whatever reaches it), or
+another definition. Training amplifies it from there, so a run's later distances say little, and no other
+run, which may itself have jumped, sets the scale: the truth's own path does. Whether the same engine's
+float64 run stays on the truth tells a flip from a definition.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
-from multidev.outputs.trace import _file, steps
-from multidev.rules.models import State
+from multidev.outputs.trace import STATISTICS, _file, steps
 
-#: float32 implementations differ in rounding by up to ~10x (measured: MXNet's convolutions against
-#: torch's, 7x); a different definition (a momentum, an unbiased variance) moves parameters by 1e-3 or
-#: more within a few steps. A ReLU input flipped by rounding moves them as much: float64 runs tell.
-FACTOR = 100.0
+#: float32 gradients within 1e-4 of float64's on smooth cases (contract: Tolerances); a bf16 update within 0.3
+#: of float32's (the kit's BF16_STEP_RTOL). A flipped ReLU moves a gradient by up to 20%.
+GRADIENT_SHARE = {"float32": 1e-4, "bf16": 0.3}
 
+#: what storing and summing in float32 alone leaves, relative to an array's largest value (2^-24 per value,
+#: a few hundred additions deep): the reach before an array has moved
+STORAGE = 1e-6
 
 #: A float64 run within this of the float64 truth defines everything the same: far below float32's 6e-8 per
-#: operation amplified by training, far above float64's 1e-14 (MXNet's SGD takes lr as a 32-bit float: 2.6e-8).
+#: operation amplified by training, far above float64's 1e-16 (an epoch of ResNet-18 on digits: 2e-9).
 SAME_DEFINITION = 1e-6
-
 
 #: an array is measured against its largest magnitude, but never one below this share of the model's largest
 FLOOR = 1e-3
 
+#: An array the truth keeps still (its way is below this share of the farthest array's: a convolution's bias
+#: before BatchNorm, whose gradient is zero) moves by rounding alone in every run: it marks no birth.
+STILL = 1e-9
 
-def distance(a: State, b: State) -> tuple[float, float]:
-    """(largest, median) over arrays of max |a - b| / the array's largest magnitude.
 
-    An array far smaller than the model's largest is measured against
-    ``FLOOR`` times that instead: a convolution's bias before BatchNorm has a
-    gradient of zero, so its value is rounding alone (1e-9 in float32, 1e-17
-    in float64), and against its own size every run would part by 100%.
+def _scales(arrays: dict[str, np.ndarray], statistics: set[str]) -> dict[str, float]:
+    """Each array's largest magnitude, or :data:`FLOOR` of the largest of its kind where that is more.
+
+    A convolution's bias before BatchNorm has a gradient of zero, so its value is rounding alone (1e-9 in
+    float32, 1e-17 in float64), and against its own size every run would part by 100%. Parameters and running
+    statistics (a variance may be 100 where weights are 0.1) each have their own floor.
     """
+    largest = {name: float(np.abs(a).max(initial=0.0)) for name, a in arrays.items()}
+    floors = {kind: max(FLOOR * max((v for n, v in largest.items() if (n in statistics) == kind), default=0.0),
+                        1e-30) for kind in (False, True)}
+    return {name: max(v, floors[name in statistics]) for name, v in largest.items()}
+
+
+def errors(a: dict[str, np.ndarray], b: dict[str, np.ndarray], statistics: set[str] = frozenset()) -> dict[str, float]:
+    """Per array, max |a - b| over its scale (:func:`_scales` of the larger of the two)."""
     pairs = {name: (np.asarray(value, np.float64), np.asarray(b[name], np.float64)) for name, value in a.items()}
-    largest = {name: max(float(np.abs(x).max(initial=0.0)), float(np.abs(y).max(initial=0.0)))
-               for name, (x, y) in pairs.items()}
-    floor = max(FLOOR * max(largest.values(), default=0.0), 1e-30)
-    errors = [float(np.abs(x - y).max(initial=0.0)) / max(largest[name], floor) for name, (x, y) in pairs.items()]
-    return max(errors), float(np.median(errors))
+    scales = _scales({n: np.maximum(np.abs(x), np.abs(y)) for n, (x, y) in pairs.items()}, statistics)
+    return {name: float(np.abs(x - y).max(initial=0.0)) / scales[name] for name, (x, y) in pairs.items()}
+
+
+def distance(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> tuple[float, float]:
+    """(largest, median) over arrays of :func:`errors`."""
+    e = list(errors(a, b).values())
+    return max(e), float(np.median(e))
+
+
+@dataclass
+class Birth:
+    """Where a run first leaves its reach: the step, the array, its distance there and the reach it left."""
+
+    step: int
+    array: str
+    value: float
+    reach: float
+
+    def __str__(self) -> str:
+        return f"born at step {self.step} in {self.array} ({self.value:.1e}, reach {self.reach:.0e})"
 
 
 @dataclass
 class Divergence:
-    """A run's distance from the truth run (labelled ``truth``) at each traced step."""
+    """A run's distance from the truth run (labelled ``truth``) at each traced step, and where it was born."""
 
     truth: str
     steps: list[int] = field(default_factory=list)
     max: list[float] = field(default_factory=list)
     median: list[float] = field(default_factory=list)
+    #: the array farthest from the truth at each step
+    worst: list[str] = field(default_factory=list)
+    born: Optional[Birth] = None
 
     def at(self, step: int) -> Optional[float]:
         return self.max[self.steps.index(step)] if step in self.steps else None
@@ -67,51 +102,63 @@ class Divergence:
         return asdict(self)
 
 
-def measure(truth: Path, run: Path, label: str) -> Divergence:
-    """Distance of ``run``'s trace from ``truth``'s at every step both saved."""
+def _load(folder: Path, step: int) -> tuple[dict[str, np.ndarray], set[str]]:
+    with np.load(_file(folder, step)) as f:
+        arrays = {name: f[name] for name in f.files if name != STATISTICS}
+        stats = set(f[STATISTICS].tolist()) if STATISTICS in f.files else set()
+    return arrays, stats
+
+
+def measure(truth: Path, run: Path, label: str, dtype: str = "float32", precision: str = "fp32") -> Divergence:
+    """Distance of ``run``'s trace from ``truth``'s at every step both saved, and where it left its reach.
+
+    A float64 run's reach is :data:`SAME_DEFINITION`; a float32 one's grows with the way each array of the
+    truth has travelled since step 0 (summed over the traced steps), by :data:`GRADIENT_SHARE`.
+    """
     out = Divergence(label)
-    shared = sorted(set(steps(truth)) & set(steps(run)))
-    for step in shared:
-        with np.load(_file(truth, step)) as t, np.load(_file(run, step)) as r:
-            largest, middle = distance(dict(r), dict(t))
+    share = GRADIENT_SHARE["bf16" if precision == "bf16" else "float32"]
+    travelled: dict[str, float] = {}
+    before = _load(truth, 0)[0] if 0 in steps(truth) else None
+    for step in sorted(set(steps(truth)) & set(steps(run)) - {0}):
+        (t, stats), (r, _) = _load(truth, step), _load(run, step)
+        e = errors(r, t, stats)
+        if before is not None:
+            for name, moved in errors(t, before, stats).items():
+                travelled[name] = travelled.get(name, 0.0) + moved
+        before = t
+        worst = max(e, key=e.get) if e else ""
         out.steps.append(step)
-        out.max.append(largest)
-        out.median.append(middle)
+        out.max.append(e.get(worst, 0.0))
+        out.median.append(float(np.median(list(e.values()))) if e else 0.0)
+        out.worst.append(worst)
+        if out.born is None:
+            still = STILL * max(travelled.values(), default=0.0)
+            reach = {n: SAME_DEFINITION if dtype == "float64" else STORAGE + share * travelled.get(n, 0.0) for n in e}
+            beyond = {n: v / reach[n] for n, v in e.items() if v > reach[n] and travelled.get(n, 1.0) >= still}
+            if beyond:
+                name = max(beyond, key=beyond.get)
+                out.born = Birth(step, name, e[name], reach[name])
     return out
 
 
-def first_step_beyond(run: Divergence, limit: Callable[[int], Optional[float]]) -> Optional[int]:
-    """The first traced step where ``run`` exceeds ``limit(step)`` (None: it never does)."""
-    for step, value in zip(run.steps, run.max):
-        bound = limit(step)
-        if bound is not None and value > bound:
-            return step
-    return None
-
-
-def same_definition(run: Divergence) -> bool:
-    """Whether a float64 run stays on the float64 truth at every step."""
-    return first_step_beyond(run, lambda step: SAME_DEFINITION) is None
-
-
 def describe_float64(run: Divergence) -> str:
-    step = first_step_beyond(run, lambda step: SAME_DEFINITION)
-    if step is None:
+    """'same definition' where a float64 run stays on the float64 truth; otherwise where it leaves it."""
+    if run.born is None:
         return f"same definition (float64 within {max(run.max, default=0.0):.0e})"
-    return f"different definition (step {step}: {run.at(step):.1e})"
+    return f"another definition: {run.born}"
 
 
-def describe_float32(run: Divergence, scale: Divergence, engine: str, float64: Optional[Divergence],
-                     float64_possible: bool) -> str:
-    """'rounding' where ``run`` stays within :data:`FACTOR` of the float32 scale at every step; otherwise
-    what the same engine's float64 run (if there is one) says about why."""
-    step = first_step_beyond(run, lambda s: None if scale.at(s) is None else FACTOR * max(scale.at(s), 1e-12))
-    if step is None:
+def describe_float32(run: Divergence, engine: str, float64: Optional[Divergence], float64_possible: bool,
+                     truth: bool = False) -> str:
+    """'rounding' where ``run`` stays within its reach; otherwise where it was born, and why as far as the same
+    engine's float64 run tells (``truth``: the engine's float64 run is the truth itself)."""
+    born = run.born
+    if born is None:
         return "rounding"
-    beyond = f"beyond rounding from step {step} ({run.at(step):.1e} vs {scale.at(step):.1e})"
-    if float64 is None:
-        tell = "--float64 tells" if float64_possible else f"{engine} has no float64 to tell"
-        return f"{beyond}: a flipped ReLU or another definition ({tell})"
-    if same_definition(float64):
-        return f"rounding: float64 agrees, so a ReLU flipped by step {step}"
-    return f"{beyond}; float64 too: another definition"
+    if truth or (float64 is not None and float64.born is None):
+        why = "its float64 run is the truth" if truth else "float64 agrees"
+        return f"rounding, {born} and amplified ({why}: a flipped ReLU or a variance within epsilon)"
+    if float64 is not None:
+        return f"another definition: {born}; float64 {float64.born}"
+    tell = "--float64 tells" if float64_possible else f"{engine} has no float64 to tell"
+    return f"{born}: a flipped ReLU or another definition ({tell})"

@@ -166,14 +166,20 @@ def divergence_figure(outcomes, labels: Sequence[str] | None = None):
     fig, ax = plt.subplots(figsize=(6.4 + legend_width([name for _, name in runs]),
                                     max(4.2, 0.2 * len(runs) + 1.2)), dpi=120)
     for o, name in runs:
-        d = o.divergence
+        d, color = o.divergence, colors[engines.index(o.spec.engine_name) % len(colors)]
         ax.plot(d.steps, [max(v, 1e-17) for v in d.max], marker=markers[o.spec.dtype, o.spec.precision],
-                markersize=3, color=colors[engines.index(o.spec.engine_name) % len(colors)],
+                markersize=3, color=color,
                 linestyle=styles[wheres.index((o.spec.processes, o.spec.device_count)) % len(styles)], label=name)
+        if d.born is not None:  # where the run left its reach: a star, and the array it left it in
+            ax.plot([d.born.step], [max(d.at(d.born.step) or d.born.value, 1e-17)], marker="*", markersize=11,
+                    color=color, markeredgecolor="black", markeredgewidth=0.5, linestyle="none")
+            ax.annotate(d.born.array, (d.born.step, max(d.at(d.born.step) or d.born.value, 1e-17)),
+                        xytext=(4, -9), textcoords="offset points", fontsize="x-small", color=color)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("training step")
-    ax.set_ylabel("largest parameter difference\n(relative to each array's largest value)")
+    ax.set_ylabel("largest parameter difference\n(relative to each array's largest value)\n"
+                  "\u2605 where a difference was born", fontsize="small")
     truths = list(dict.fromkeys(o.divergence.truth for o, _ in runs))
     ax.set_title(f"distance from the float64 run{'s' if len(truths) > 1 else ''} ({', '.join(truths)})",
                  fontsize="medium" if len(truths) > 2 else None)
@@ -184,6 +190,7 @@ def divergence_figure(outcomes, labels: Sequence[str] | None = None):
 
 def plot_divergence(outcomes, path: str | Path, labels: Sequence[str] | None = None) -> Path:
     """Each run's distance from the float64 run of its device count over training steps, log-log: rounding
-    lines lie together. Colour: engine; line style: devices and processes; marker: dtype and precision. ``labels``
+    lines lie together; a star marks the step and array where a run left its reach. Colour: engine; line
+    style: devices and processes; marker: dtype and precision. ``labels``
     name the outcomes (default: their ``Settings.label``)."""
     return save_figure(divergence_figure(outcomes, labels), path)

@@ -15,6 +15,8 @@ installed for child processes, so that the ``multidev`` command itself runs them
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -27,7 +29,7 @@ from multidev.engines.registry import GROUP
 from multidev.errors import MultidevError
 from multidev.rules import optimizers as optim
 from multidev.nn.graph import Graph, NodeSpec
-from multidev.nn.layers import AvgPool2d, MaxPool2d
+from multidev.nn.layers import AvgPool2d, BatchNorm, MaxPool2d
 from multidev.nn.zoo import ZOO
 from multidev.rules.models import ModelSpec, State
 from multidev.rules.split import Shards, cut
@@ -46,7 +48,13 @@ FAULTS = {
     "shared-sums": "a pending step's sums sit in one buffer that every later step overwrites",
     "pair-local-sync": "on exactly two devices, a user's definition (no zoo network) asked for sync BatchNorm "
                        "normalises each shard by its own statistics",
+    "bn-eps": "builds BatchNorm with eps 1e-3 whatever the definition says",
+    "flip-relus": "in float32, the first update's gradient takes the ReLU inputs nearest 0 on the other side of "
+                  "the kink, as rounding can (float64 runs are untouched)",
 }
+
+#: the share of each ReLU's inputs, nearest 0, that the "flip-relus" fault flips
+FLIPPED = 0.01
 
 
 class FakeEngine:
@@ -91,11 +99,34 @@ def _batchnorm(setup: Setup, fault: Optional[str]) -> str:
 
 
 def _built(spec: ModelSpec, fault: Optional[str]) -> ModelSpec:
-    if fault != "maxpool-averages":
+    if fault == "maxpool-averages":
+        swap = {MaxPool2d: lambda layer: AvgPool2d(layer.kernel_size, layer.stride)}
+    elif fault == "bn-eps":
+        swap = {BatchNorm: lambda layer: replace(layer, eps=1e-3)}
+    else:
         return spec
-    nodes = tuple(NodeSpec(n.name, AvgPool2d(n.layer.kernel_size, n.layer.stride), n.inputs)
-                  if type(n.layer) is MaxPool2d else n for n in spec.graph.nodes)
+    nodes = tuple(NodeSpec(n.name, swap[type(n.layer)](n.layer), n.inputs) if type(n.layer) in swap else n
+                  for n in spec.graph.nodes)
     return ModelSpec(spec.name, spec.in_shape, spec.num_classes, Graph(nodes))
+
+
+@contextmanager
+def _flipped_relus():
+    """The reference's ReLU with its inputs nearest 0 (:data:`FLIPPED` of them) on the other side of the kink."""
+    relu = reference.layers.relu
+
+    def flipping(x: np.ndarray):
+        _, mask = relu(x)
+        nearest = np.argsort(np.abs(x), axis=None)[:max(1, int(FLIPPED * x.size))]
+        mask = mask.copy()
+        mask.flat[nearest] = ~mask.flat[nearest]
+        return x * mask, mask
+
+    reference.layers.relu = flipping
+    try:
+        yield
+    finally:
+        reference.layers.relu = relu
 
 
 class FakeReplicas(WaitedSteps):
@@ -110,6 +141,7 @@ class FakeReplicas(WaitedSteps):
         self.load_optimizer_state(setup.optimizer.init_state(setup.spec, self.dtype))
         self._held: Optional[State] = None  # the gradient summed over the micro-batches so far
         self._sums = np.zeros(2)  # the "shared-sums" fault's one buffer
+        self._flips = fault == "flip-relus" and self.dtype is np.float32  # float64 computes past rounding's flips
 
     def place(self, shards: Shards) -> Shards:
         k, total = len(shards.x), shards.total
@@ -137,6 +169,10 @@ class FakeReplicas(WaitedSteps):
         return {name: np.concatenate([parts[i] for i in pick]) for name, parts in batch.masks.items()}
 
     def gradients(self, batch: Shards) -> State:
+        if self._flips:
+            self._flips = False
+            with _flipped_relus():
+                return self.gradients(batch)
         spec, state, dtype = self.spec, self.states[0], self.dtype
         if self.fault in ("skip-allreduce", "weigh-1/k"):
             active = batch.active[:1] if self.fault == "skip-allreduce" else batch.active

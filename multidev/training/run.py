@@ -287,7 +287,8 @@ def run_here(engine: Backend, s: Settings, job: Job = Job(), on_epoch: OnEpoch =
     if start.optimizer_state is not None:
         check_state(s.recipe.optimizer, spec, start.optimizer_state)
         replicas.load_optimizer_state(start.optimizer_state)  # type: ignore[attr-defined]
-    trace = Trace(s.trace, spec) if s.trace is not None else None
+    fresh = start.state if start.first == 1 and start.position is None else None  # step 0
+    trace = Trace(s.trace, spec, fresh) if s.trace is not None else None
     transforms = Transforms.of(s.augment, s.normalize, data.x_train)  # "auto" reads the training set once
     training = Training(engine, s, job, data, spec, replicas, _result(engine, s, spec, data, chosen, job, start),
                         start.seed, trace, Rhythm(s.checkpoint_every), transforms)

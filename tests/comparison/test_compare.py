@@ -58,7 +58,7 @@ def test_compare_runs_every_combination_and_reports_failures(tmp_path):
         assert divergence["truth"] == f"fake x{run['settings']['devices']} float64"
         assert divergence["steps"] == [1, 2, 4, 8]
         assert all(1e-12 < d < 0.5 for d in divergence["max"]), divergence
-        assert run["verdict"] == "rounding scale (fake float32)"
+        assert run["verdict"].startswith("rounding"), run["verdict"]  # its float64 run is the truth
 
 
 @pytest.mark.parametrize("argv, line", [
@@ -89,16 +89,52 @@ def test_compare_takes_the_engines_as_one_string_too(fake_installed):
 
 
 def test_divergence_tells_rounding_from_another_definition(tmp_path, fake_installed):
-    """A run with another learning rate is no rounding; the same job again is (on any CPU: the fake engine
-    repeats itself bit for bit, where two float32 engines might part at a flipped ReLU)."""
+    """A run with another learning rate leaves float32's reach at step 1; the same job again is rounding (on any
+    CPU: the fake engine repeats itself bit for bit, where two float32 engines might part at a flipped ReLU)."""
     settings = dict(model="lenet", dataset="synthetic", epochs=1, batch_size=64)
     runs = [Settings("fake", 1, lr=lr, **settings) for lr in (0.1, 0.1, 0.12)]
     outcomes = multidev.compare(runs=runs, truth=True, out=tmp_path)
-    truth, scale, same, other = outcomes
-    assert truth.spec.dtype == "float64" and scale.verdict.startswith("rounding scale")
-    assert same.verdict == "rounding", same.verdict
-    assert other.verdict.startswith("beyond rounding from step 1"), other.verdict
+    truth, first, same, other = outcomes
+    assert truth.spec.dtype == "float64" and first.verdict.startswith("rounding"), first.verdict
+    assert same.verdict == first.verdict and same.divergence.max == first.divergence.max
+    assert other.verdict.startswith("born at step 1 in ") and "(--float64 tells)" in other.verdict, other.verdict
     assert "| truth |" in (tmp_path / "results.md").read_text()
+
+
+#: engines with a planted change, each a fake engine: another BatchNorm eps, or ReLUs flipped as rounding flips them
+PLANTED = {"fake": "multidev.testing.fake:FakeEngine", "planted": "planted:definition", "flipped": "planted:flips"}
+
+
+def test_a_planted_definition_is_another_definition_and_planted_flips_are_rounding(tmp_path, monkeypatch):
+    """compare --float64 on three fake engines: one builds BatchNorm with another eps (its float64 run leaves the
+    truth at step 1), one flips the ReLU inputs nearest 0 in its first float32 gradient (born
+    at step 1 too, but its float64 run is on the truth, so: rounding)."""
+    import numpy as np
+
+    from multidev import nn
+    from multidev.data import arrays
+
+    folder = tmp_path / "engines"
+    folder.mkdir()
+    (folder / "planted.py").write_text("from multidev.testing.fake import FakeEngine\n\n"
+                                       "def definition():\n    return FakeEngine('bn-eps')\n\n"
+                                       "def flips():\n    return FakeEngine('flip-relus')\n")
+    monkeypatch.setenv("PYTHONPATH", registered(folder, PLANTED)["PYTHONPATH"])
+    monkeypatch.syspath_prepend(str(folder.resolve()))
+    rng = np.random.default_rng(0)
+    y = np.arange(96) % 3
+    x = (rng.normal(0, 1, (96, 1, 6, 6)) + y[:, None, None, None] * 0.5).astype(np.float32)
+    net = nn.Sequential(nn.Conv2d(6, 3, padding=1), nn.BatchNorm(), nn.ReLU(), nn.GlobalAvgPool(), nn.Dense())
+    outcomes = multidev.compare(["fake", "planted", "flipped"], [1], model=net, dataset=arrays(x, y), epochs=1,
+                                batch_size=32, lr=0.1, float64=True, out=tmp_path / "cmp")
+    verdicts = {o.spec.label: o.verdict for o in outcomes}
+    assert [o.error for o in outcomes] == [None] * 6, outcomes
+    assert verdicts["fake x1"] == "rounding", verdicts
+    assert verdicts["planted x1 float64"].startswith("another definition: born at step 1 in "), verdicts
+    assert verdicts["planted x1"].startswith("another definition: born at step 1 in "), verdicts
+    assert verdicts["flipped x1 float64"].startswith("same definition"), verdicts
+    assert verdicts["flipped x1"].startswith("rounding, born at step 1 in "), verdicts
+    assert "float64 agrees" in verdicts["flipped x1"]
 
 
 def test_compare_from_python_returns_outcomes(fake_installed):

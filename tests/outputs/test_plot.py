@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
-from multidev.comparison.divergence import Divergence
+from multidev.comparison.divergence import Birth, Divergence
 from multidev.comparison.report import markdown, run_labels, throughput_figure, write_report
 from multidev.comparison.runs import Outcome
 from multidev.outputs.plot import accuracy_figure, divergence_figure, label, plot_accuracy
@@ -119,6 +119,24 @@ def test_divergence_plot_tells_every_measured_run_apart_beside_the_axes():
         looks = {(str(line.get_color()), line.get_linestyle(), line.get_marker()) for line in fig.axes[0].get_lines()}
         assert len(looks) == 10
         assert beside_axes(fig)
+    finally:
+        plt.close(fig)
+
+
+def test_divergence_plot_stars_where_a_difference_was_born():
+    """A run born at step 2 gets a star there, in its colour, and the array's name beside it; the others none."""
+    outcomes = dozen()
+    born = outcomes[3].divergence
+    born.born = Birth(2, "layer4.1.bn2.weight", born.at(2), 1e-6)
+    fig = divergence_figure(outcomes)
+    try:
+        lines = fig.axes[0].get_lines()
+        stars = [line for line in lines if line.get_marker() == "*"]
+        assert len(stars) == 1 and list(stars[0].get_xdata()) == [2] and list(stars[0].get_ydata()) == [born.at(2)]
+        run = next(line for line in lines if line.get_label() == outcomes[3].spec.label)
+        assert stars[0].get_color() == run.get_color()
+        assert [t.get_text() for t in fig.axes[0].texts] == ["layer4.1.bn2.weight"]
+        assert legend_texts(fig) == [o.spec.label for o in outcomes[2:]]  # the star adds no legend entry
     finally:
         plt.close(fig)
 
