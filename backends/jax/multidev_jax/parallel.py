@@ -81,7 +81,7 @@ class JaxReplicas(WaitedSteps, ReplicaStates):
         self.setup, self.spec, self.dtype = setup, setup.spec, setup.np_dtype
         named = job_devices(setup.devices, setup.group)  # every process's, rank-major
         #: the run's forms: settled now, decided at the first batch where they are not (forms/decided.py)
-        self.forms = forms.settle(self.spec, named, setup.group.size)
+        self.forms = forms.settle(self.spec, named, setup.group.size, measure=setup.dtype == "float32")
         #: a sharded run's level (contract: Sharding); it runs each device whole: the mesh is the job's devices
         self.sharded = setup.shard != "none"
         if self.sharded:
