@@ -2,6 +2,6 @@
 
 ``runs`` runs one setting in a process of its own; ``compare`` runs the
 grid and its float64 truth; ``divergence`` measures how far each run's
-parameters part from the truth and says whether that is rounding;
+state parts from the truth and where a difference was born;
 ``report`` writes the table, the JSON and the plots.
 """

@@ -155,9 +155,8 @@ def describe_float32(run: Divergence, engine: str, float64: Optional[Divergence]
     born = run.born
     if born is None:
         return "rounding"
-    if truth or (float64 is not None and float64.born is None):
-        why = "its float64 run is the truth" if truth else "float64 agrees"
-        return f"rounding, {born} and amplified ({why}: a flipped ReLU or a variance within epsilon)"
+    if truth or (float64 is not None and float64.born is None):  # a flipped ReLU, or a variance within epsilon
+        return f"rounding: {born}; {'its float64 run is the truth' if truth else 'float64 agrees'}"
     if float64 is not None:
         return f"another definition: {born}; float64 {float64.born}"
     tell = "--float64 tells" if float64_possible else f"{engine} has no float64 to tell"

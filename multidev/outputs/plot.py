@@ -165,16 +165,22 @@ def divergence_figure(outcomes, labels: Sequence[str] | None = None):
     styles = ["-", "--", ":", "-."]
     fig, ax = plt.subplots(figsize=(6.4 + legend_width([name for _, name in runs]),
                                     max(4.2, 0.2 * len(runs) + 1.2)), dpi=120)
+    births: dict[int, list[tuple[float, str, Any]]] = {}  # per step: (height, array, colour) of each star
     for o, name in runs:
         d, color = o.divergence, colors[engines.index(o.spec.engine_name) % len(colors)]
         ax.plot(d.steps, [max(v, 1e-17) for v in d.max], marker=markers[o.spec.dtype, o.spec.precision],
                 markersize=3, color=color,
                 linestyle=styles[wheres.index((o.spec.processes, o.spec.device_count)) % len(styles)], label=name)
         if d.born is not None:  # where the run left its reach: a star, and the array it left it in
-            ax.plot([d.born.step], [max(d.at(d.born.step) or d.born.value, 1e-17)], marker="*", markersize=11,
-                    color=color, markeredgecolor="black", markeredgewidth=0.5, linestyle="none")
-            ax.annotate(d.born.array, (d.born.step, max(d.at(d.born.step) or d.born.value, 1e-17)),
-                        xytext=(4, -9), textcoords="offset points", fontsize="x-small", color=color)
+            height = max(d.at(d.born.step) or d.born.value, 1e-17)
+            ax.plot([d.born.step], [height], marker="*", markersize=11, color=color, markeredgecolor="black",
+                    markeredgewidth=0.5, linestyle="none")
+            births.setdefault(d.born.step, []).append((height, d.born.array, color))
+    for step, stars in births.items():  # the arrays' names stacked below the step's highest star, in its order
+        top = max(height for height, _, _ in stars)
+        for k, (_, array, color) in enumerate(sorted(stars, key=lambda star: -star[0])):
+            ax.annotate(array, (step, top), xytext=(7, -9 * (k + 1)), textcoords="offset points",
+                        fontsize="x-small", color=color)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("training step")

@@ -133,8 +133,8 @@ def test_a_planted_definition_is_another_definition_and_planted_flips_are_roundi
     assert verdicts["planted x1 float64"].startswith("another definition: born at step 1 in "), verdicts
     assert verdicts["planted x1"].startswith("another definition: born at step 1 in "), verdicts
     assert verdicts["flipped x1 float64"].startswith("same definition"), verdicts
-    assert verdicts["flipped x1"].startswith("rounding, born at step 1 in "), verdicts
-    assert "float64 agrees" in verdicts["flipped x1"]
+    assert verdicts["flipped x1"].startswith("rounding: born at step 1 in "), verdicts
+    assert verdicts["flipped x1"].endswith("; float64 agrees")
 
 
 def test_compare_from_python_returns_outcomes(fake_installed):

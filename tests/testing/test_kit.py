@@ -33,6 +33,9 @@ CAUGHT_BY = {
                     "pending sums: step 1 of 3 on 2 device(s), read after the later steps were queued"),
     "pair-local-sync": ("test_five_float64_steps_of_a_definition_equal_the_truth",
                         "models: 5 float64 steps of a residual network with dropout on 2 device(s) (sync BatchNorm)"),
+    "bn-eps": ("test_each_layer_alone_equals_float64_truth and BatchNorm-images", "models: layer BatchNorm-images alone"),
+    "flip-relus": ("test_float32_gradients_equal_float64_truth and lenet-11",
+                   "aggregation: lenet gradient (local BatchNorm, float32) on 1 device(s)"),
 }
 
 BROKEN_ENGINE = '''
