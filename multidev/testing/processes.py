@@ -338,6 +338,7 @@ class MultiProcessChecks(EngineFixtures):
         self._killed_and_restarted(engine, tmp_path, uninterrupted, rtol=0.0)
 
     @pytest.mark.slow
+    @pytest.mark.full  # the restart and the sharded checkpoint's resume each hold in a slow test of their own
     def test_a_killed_sharded_worker_restarts_as_the_replicated_job(self, engine, tmp_path, uninterrupted):
         """contract: Sharding: at ``--shard parameters`` every rank gathers each mid-epoch save, the restarted job
         resumes sharded and ends as the replicated one (the same bits where the engine keeps its additions)."""

@@ -105,6 +105,7 @@ def test_divergence_tells_rounding_from_another_definition(tmp_path, fake_instal
 PLANTED = {"fake": "multidev.testing.fake:FakeEngine", "planted": "planted:definition", "flipped": "planted:flips"}
 
 
+@pytest.mark.slow  # six runs, each a process of its own
 def test_a_planted_definition_is_another_definition_and_planted_flips_are_rounding(tmp_path, monkeypatch):
     """compare --float64 on three fake engines: one builds BatchNorm with another eps (its float64 run leaves the
     truth at step 1), one flips the ReLU inputs nearest 0 in its first float32 gradient (born
