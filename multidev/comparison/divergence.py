@@ -64,12 +64,6 @@ def errors(a: dict[str, np.ndarray], b: dict[str, np.ndarray], statistics: set[s
     return {name: float(np.abs(x - y).max(initial=0.0)) / scales[name] for name, (x, y) in pairs.items()}
 
 
-def distance(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> tuple[float, float]:
-    """(largest, median) over arrays of :func:`errors`."""
-    e = list(errors(a, b).values())
-    return max(e), float(np.median(e))
-
-
 @dataclass
 class Birth:
     """Where a run first leaves its reach: the step, the array, its distance there and the reach it left."""

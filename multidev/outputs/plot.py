@@ -172,7 +172,7 @@ def divergence_figure(outcomes, labels: Sequence[str] | None = None):
                 markersize=3, color=color,
                 linestyle=styles[wheres.index((o.spec.processes, o.spec.device_count)) % len(styles)], label=name)
         if d.born is not None:  # where the run left its reach: a star, and the array it left it in
-            height = max(d.at(d.born.step) or d.born.value, 1e-17)
+            height = max(d.at(d.born.step), 1e-17)  # on the run's line: its largest distance there
             ax.plot([d.born.step], [height], marker="*", markersize=11, color=color, markeredgecolor="black",
                     markeredgewidth=0.5, linestyle="none")
             births.setdefault(d.born.step, []).append((height, d.born.array, color))

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from multidev.comparison.divergence import describe_float32, describe_float64, distance, measure
+from multidev.comparison.divergence import describe_float32, describe_float64, errors, measure
 
 
 def test_an_array_of_rounding_alone_does_not_part_the_runs():
@@ -11,15 +11,16 @@ def test_an_array_of_rounding_alone_does_not_part_the_runs():
     rng = np.random.default_rng(0)
     truth = {"conv.weight": rng.normal(size=(8, 3, 3, 3)), "conv.bias": np.full(8, 1e-17)}
     run = {"conv.weight": truth["conv.weight"] * (1 + 3e-7), "conv.bias": np.full(8, 1e-9)}
-    largest, median = distance(run, truth)
+    e = list(errors(run, truth).values())
+    largest, median = max(e), float(np.median(e))
     assert 1e-7 < largest < 1e-5 and 1e-7 < median < 1e-5
 
 
 def test_a_real_difference_shows_in_a_small_array_and_a_large_one():
     truth = {"w": np.ones((4, 4)), "b": np.full(4, 0.01)}
-    assert distance({"w": truth["w"], "b": truth["b"] * 1.01}, truth)[0] > 5e-3  # b's own scale counts
-    assert distance({"w": truth["w"] * 1.001, "b": truth["b"]}, truth)[0] > 5e-4
-    assert distance(truth, truth) == (0.0, 0.0)
+    assert max(errors({"w": truth["w"], "b": truth["b"] * 1.01}, truth).values()) > 5e-3  # b's own scale counts
+    assert max(errors({"w": truth["w"] * 1.001, "b": truth["b"]}, truth).values()) > 5e-4
+    assert errors(truth, truth) == {"w": 0.0, "b": 0.0}
 
 
 def _trace(folder, states: dict[int, dict[str, np.ndarray]]):
