@@ -30,7 +30,7 @@ from multidev.rules.models import ModelSpec
 from multidev.rules.optimizers import STEP, Optimizer
 from multidev.rules.split import cut, shard_sizes
 from multidev.testing._helpers import LENET, RESNET, assert_states_close, batch, quick
-from multidev.testing.kit import (ACCURACY_FLOOR, CROSS_ENGINE_RTOL, FLOAT64_UPDATE_RTOL,
+from multidev.testing.kit import (ACCURACY_FLOOR, CROSS_ENGINE_RTOL, FLOAT64_RESNET_UPDATE_RTOL, FLOAT64_UPDATE_RTOL,
                                   SAME_ENGINE_RTOL, EngineFixtures, settled_accuracy)
 from multidev.training.api import train
 
@@ -138,7 +138,7 @@ class RecipeChecks(EngineFixtures):
         want, _ = reference.recipe_steps(RESNET, RESNET.init(0), optimizer, data, RATES[:2],
                                          shard_sizes(7, k))
         reps = self._run(self.make(engine, RESNET, k, optimizer=optimizer, dtype="float64"), data, RATES[:2], k)
-        assert_states_close(reps.state(), want, rtol=FLOAT64_UPDATE_RTOL,
+        assert_states_close(reps.state(), want, rtol=FLOAT64_RESNET_UPDATE_RTOL,
                             promise=f"optimizers: two float64 ResNet-18 updates with momentum and weight decay on "
                                     f"{k} device(s) are not the formula (is every parameter decayed?)")
 
