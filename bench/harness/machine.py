@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
@@ -21,6 +20,8 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Optional
+
+from multidev.engines.cpu_kind import cpu_kind, number, processor
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the feature flags that change which kernels the frameworks run
@@ -42,44 +43,6 @@ class Cpu:
     kind: str
 
 
-def _first_processor(text: str) -> dict[str, str]:
-    first = text.split("\n\n")[0]
-    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
-
-
-def _number(text: str) -> Optional[int]:
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def _amd_generation(family: Optional[int], model: Optional[int]) -> str:
-    """Zen generation from the family and model numbers (AMD's published ranges)."""
-    if family == 23:
-        return "zen2" if model is not None and model >= 0x30 else "zen"
-    if family == 25:
-        zen4 = model is not None and (0x10 <= model <= 0x1F or 0x60 <= model <= 0x7F or 0xA0 <= model <= 0xAF)
-        return "zen4" if zen4 else "zen3"
-    if family == 26:
-        return "zen5"
-    return f"family{family}"
-
-
-def cpu_kind(vendor: str, name: str, family: Optional[int], model: Optional[int], flags: frozenset[str]) -> str:
-    """A short folder name for the CPU: ``amd-epyc-zen3``, ``intel-xeon-amx``, ``aarch64``, ..."""
-    line = name.lower()
-    if vendor == "AuthenticAMD":
-        brand = next((f"amd-{b}" for b in ("epyc", "ryzen", "threadripper") if b in line), "amd")
-        return f"{brand}-{_amd_generation(family, model)}"
-    if vendor == "GenuineIntel":
-        brand = "intel-xeon" if "xeon" in line else "intel"
-        units = "amx" if "amx_tile" in flags else "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags \
-            else "sse"
-        return f"{brand}-{units}"
-    return re.sub(r"[^a-z0-9]+", "-", (vendor or platform.machine() or "unknown").lower()).strip("-")
-
-
 def usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -90,14 +53,11 @@ def usable_cores() -> int:
 @lru_cache(maxsize=1)
 def cpu() -> Cpu:
     """This machine's CPU, from the first processor of /proc/cpuinfo (the platform's name where unreadable)."""
-    try:
-        info = _first_processor(Path("/proc/cpuinfo").read_text())
-    except OSError:
-        info = {}
+    info = processor()
     flags = frozenset(info.get("flags", info.get("Features", "")).split())
     vendor = info.get("vendor_id", info.get("CPU implementer", ""))
     name = info.get("model name", platform.processor() or platform.machine())
-    family, model = _number(info.get("cpu family", "")), _number(info.get("model", ""))
+    family, model = number(info.get("cpu family", "")), number(info.get("model", ""))
     return Cpu(vendor, name, family, model, tuple(f for f in VECTOR_FLAGS if f in flags),
                float(info.get("cpu MHz", 0) or 0), usable_cores(), cpu_kind(vendor, name, family, model, flags))
 
