@@ -12,7 +12,7 @@ configure_cpu_devices()
 
 @pytest.fixture
 def afresh(monkeypatch, tmp_path) -> Iterator[Callable[[Any], Any]]:
-    """``afresh(choice)``: a measured form (``multidev_jax.forms.Choice``) unpinned and measuring anew, its
+    """``afresh(choice)``: a measured form (``multidev_jax.forms.Choice``) unpinned and measuring anew (not shipped), its
     measurements kept in a folder of this test's own (given back after the test), no step compiled yet."""
     from multidev_jax import compiled
 
@@ -20,6 +20,7 @@ def afresh(monkeypatch, tmp_path) -> Iterator[Callable[[Any], Any]]:
 
     def fresh(choice: Any) -> Any:
         monkeypatch.delenv(choice.env, raising=False)
+        monkeypatch.setenv("MULTIDEV_JAX_FORMS", "measure")  # not the forms shipped for this CPU kind
         given_up.append((choice, choice.keeping(lambda: tmp_path)))
         monkeypatch.setattr(compiled, "_CACHE", {})
         return choice

@@ -24,6 +24,7 @@ import jax
 from multidev.engine import KeptChoices, pinned_form
 
 from .. import compile_cache
+from . import shipped as table
 
 #: rank 0 reaches the same step's compilation at about the same time, and may measure a BatchNorm shape first (a
 #: few seconds each for ResNet-18's): 5 minutes, as long as JAX's runtime waits for a missing peer
@@ -92,13 +93,22 @@ class Choice:
         """The form the environment fixes, or None: measure (or take what was measured)."""
         return pinned_form(self.env, self.forms)
 
+    def shipped(self) -> str:
+        """The form shipped for this CPU kind (:mod:`.shipped`), else :attr:`unmeasured`."""
+        return table.shipped(self.filename.rsplit(".", 1)[0]) or self.unmeasured
+
     def fastest(self, key: str, timers: Mapping[str, Callable[[], float]]) -> str:
-        """The kept form for ``key``, else the faster of ``timers`` (kept for later runs)."""
+        """The kept form for ``key``, else the faster of ``timers`` (kept for later runs) where the run measures,
+        else the shipped one (nothing timed)."""
+        if not table.measuring():
+            return self.kept.get(key) or self.shipped()
         return self.kept.fastest(key, timers)
 
     def agreed(self, key: str, measure: Optional[Callable[[], str]] = None, default: Optional[str] = None) -> str:
-        """A job's form for ``key``: rank 0's kept one (measured by it with ``measure``), else ``default`` or
-        :attr:`in_job`."""
+        """A job's form for ``key``: rank 0's kept one (measured by it with ``measure`` where runs measure), else
+        ``default``, else rank 0's shipped one (:attr:`in_job` where runs measure)."""
+        if not table.measuring():
+            return self.kept.agreed(key, default or self.shipped())
         return self.kept.agreed(key, default or self.in_job, measure)
 
     def keeping(self, folder: Callable[[], Optional[Path]]) -> Kept:
@@ -115,5 +125,14 @@ class Choice:
         """What ``multidev backends`` says of this form: the pin, or what was measured and where it is kept."""
         form = self.pinned()
         if form is not None:
-            return f"{self.labels[form] if self.labels else form} ({self.env}={form})"
-        return self.kept.summary(self.when, self.env, self.labels)
+            return f"{self.label(form)} ({self.env}={form})"
+        if table.measuring():
+            return self.kept.summary(self.when, self.env, self.labels)
+        kind, _ = table.kind_table(table.this_cpu_kind())
+        note = f"{self.label(self.shipped())}, shipped for {kind} ({table.ENV}=measure times the forms on this CPU)"
+        if any(self.kept.counts().values()):  # an earlier measuring run's choices, taken first where they hold
+            note += f"; taken first where kept: {self.kept.summary(self.when, self.env, self.labels)}"
+        return note
+
+    def label(self, form: str) -> str:
+        return self.labels[form] if self.labels and form in self.labels else form

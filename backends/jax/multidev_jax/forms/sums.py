@@ -42,6 +42,7 @@ from ..allreduce import Rows
 from ..batchnorm import ChannelSum, normalize
 from . import threads
 from .choice import Choice
+from .shipped import measuring
 
 SUMS = Choice("MULTIDEV_JAX_SUMS", ("matvec", "reduce", "staged"), "sums.json", unmeasured="matvec",
               in_job="matvec", when="per shape at a run's first step")
@@ -132,12 +133,14 @@ def measure(shape: tuple[int, ...], dtype: object, repeats: int = 12) -> str:
 
 
 def form(shape: tuple[int, ...], dtype: object) -> str:
-    """The measured form of the sums over ``shape`` (rows first, channels last) on this CPU: kept, else timed now
-    (a job's processes take rank 0's)."""
+    """The form of the sums over ``shape`` (rows first, channels last) on this CPU: kept, else timed now where runs
+    measure, else shipped (a job's processes take rank 0's)."""
     name = key(shape, dtype)
 
     def measured_here() -> str:
         chosen = SUMS.kept.get(name)
+        if chosen is None and not measuring():
+            return SUMS.shipped()
         if chosen is None:
             with jax.ensure_compile_time_eval():  # measured now, outside the step being traced
                 chosen = measure(shape, dtype)
