@@ -6,8 +6,10 @@ machine falls on every row alike; each run times ``--repeats`` windows of
 ``--steps`` steps and keeps their median, and the table keeps the median run.
 Threads are set as the ``multidev`` command sets them, and each row says the
 engine's version and threads. The first step's seconds count the process's
-imports and compilation; the first round compiles cold (a compilation cache of
-this run's own), later rounds load from it ("cached first step s"). The peak
+imports, compilation and any measuring, the replicas built as a run builds them
+(its batch's rows given); the first round starts cold (a compilation cache and
+cache folder of this run's own: no executable, no kept choice), later rounds
+load from it ("cached first step s"). The peak
 is the larger of the best matrix product numpy, torch and JAX measure here and
 the vector units' own (fp32 lanes x 2 FMA units x 2 x cores x the clock
 /proc/cpuinfo gives), both stated in the notes.
@@ -46,7 +48,7 @@ def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, 
     engine = multidev.load_backend(backend)
     plan_cpu_devices(engine, k)  # as a run tells it, before its first other call
     devices = multidev.resolve_devices(devices=k, gpu_count=engine.gpu_count(), max_cpu=engine.max_cpu_devices())
-    reps = multidev.replicate(engine, multidev.Setup(spec, devices), spec.init(0))
+    reps = multidev.replicate(engine, multidev.Setup(spec, devices, rows=batch), spec.init(0))  # rows: as a run
     rng = np.random.default_rng(0)
     x = rng.normal(size=(batch, *spec.in_shape)).astype(np.float32)
     y = rng.integers(0, 10, batch)
@@ -100,11 +102,12 @@ def main() -> None:
 
 def time_all(args, counts: list[int]) -> dict[tuple[str, int], list[dict[str, Any]]]:
     """Every (engine, device count)'s runs, the counts alternating within each round."""
-    cache = tempfile.mkdtemp(prefix="bench-compile-cache-")  # the first round compiles cold, later ones load
+    # the first round compiles cold, with no kept choice (the engines' cache home too), later ones load
+    cache = tempfile.mkdtemp(prefix="bench-compile-cache-")
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     try:
         for backend in args.backends.split(","):
-            contenders = {k: partial(harness.fresh, worker, env={"MULTIDEV_COMPILE_CACHE": cache},
+            contenders = {k: partial(harness.fresh, worker, env={"MULTIDEV_COMPILE_CACHE": cache, "XDG_CACHE_HOME": cache},
                                      label=f"{backend} x{k}", backend=backend, k=k, batch=args.batch,
                                      size=args.size, model=args.model, steps=args.steps, repeats=args.repeats)
                           for k in counts}
