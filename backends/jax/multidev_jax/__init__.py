@@ -23,14 +23,16 @@ JAX's own: ``layout`` (canonical arrays to Flax variables and back),
 axes: Reshape, Transpose, Slice, MatMul, Mul), ``tokens`` (a transformer's
 class token, position embedding and attention, holding the core's arrays),
 ``pools`` (MaxPool2d and AvgPool2d with torch's padding), ``conv``
-(XLA:CPU's slow tiny convolutions as a matrix product), ``compiled``
+(XLA:CPU's slow tiny and depthwise convolutions as a matrix product and as
+their taps), ``compiled``
 (ahead-of-time compilation, timed), ``compile_cache`` (JAX's persistent
 compilation cache), ``shared_compile`` (one compilation for a job's
 processes) and ``shared_sum`` (a job on one machine summing its gradients
-through shared memory). The sub-package ``forms`` holds the measured forms:
+through shared memory). The sub-package ``forms`` holds the forms:
 ways to compute the same step that a CPU runs at different speeds, each a
-``choice`` (``sums``, ``threads``, ``parts``, ``conv_inputs``), a run's
-``decided`` into one value the step is built with.
+``choice`` (``sums``, ``threads``, ``parts``, ``conv_inputs``), those
+``shipped`` for each CPU kind, a run's ``decided`` into one value the step is
+built with.
 """
 
 from .backend import JaxBackend

@@ -1,10 +1,11 @@
-"""The engine's measured forms: ways to compute the same step, one of which a CPU runs fastest, chosen by timing.
+"""The engine's forms: ways to compute the same step, one of which a CPU runs fastest, shipped per CPU kind or timed.
 
 Each is one :class:`~.choice.Choice` (its pin variable, its forms, its key,
 where its measurements are kept, its note for ``multidev backends``), and a
 run's are decided into one :class:`~.decided.Forms` value that the step, the
 model and the compiler are built with. The modules: ``choice`` (the
-abstraction, and its kept measurements agreed in a job), ``decided`` (the
+abstraction, and its kept measurements agreed in a job), ``shipped`` (the forms measuring chose on each CPU
+kind met, which a run takes unless it measures), ``decided`` (the
 run's value: settled when the replicas are made, decided at the first
 batch), ``sums`` (BatchNorm's per-channel sums), ``threads`` (XLA's threads
 per compiled step), ``parts`` (a CPU device whole or split into one part per
