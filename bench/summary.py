@@ -54,6 +54,38 @@ command, `bash bench/gpu_check.sh` everything a lent GPU runs.
 
 """
 
+MODEL_TABLE = """## The model table
+
+`bench.bench_models` trains ResNet-50 (torchvision's, 32x32x3), MobileNetV2
+(the zoo's: torchvision's blocks, stem and first two stages at stride 1) and
+the zoo's ViT on every engine and, beside each, its framework's hand-written
+loop of the same network: torchvision's module in a plain PyTorch loop, a
+jitted Flax + Optax step over a device mesh, a hybridized Gluon network, and
+Keras 3's `DataParallel` on the same JAX. Every contender runs in a fresh
+process, in turn, `--rounds` times, and asserts that its network has the
+parameter count of multidev's; ResNet-50 and MobileNetV2 reach multidev as
+a user brings them, exported by torch to ONNX and read by `nn.from_onnx`.
+It needs torchvision (`pip install --no-deps torchvision`), onnx and Keras 3
+(`pip install -c constraints.txt keras`; without it the Keras column is
+skipped), and a quiet machine:
+
+```bash
+python -m bench.bench_models                    # the three networks, batch 32, 1 device
+python -m bench.bench_models --devices 1,2      # and on 2 devices
+python -m bench.bench_models --models vit --rounds 5 --label vit
+python -m bench.summary                         # this page
+```
+
+"targets" holds each engine's row to the issue's figures: at least 0.95 of
+its hand-written loop, the JAX engine at least 1.1 of Keras, torch and MXNet
+at least 0.8 of the fastest engine on that network. The tables below keep
+the engines' columns; each run's every column is under Results.
+
+"""
+#: the model table's columns kept on the page's own table
+MODEL_COLUMNS = ("model", "devices", "engine", "params", "engine samples/s", "engine / hand-written", "engine / Keras",
+                 "engine / fastest engine", "engine first step s", "targets")
+
 
 def scripts() -> list[tuple[str, str]]:
     """(module, first line of its docstring) of every script in bench/."""
@@ -90,12 +122,30 @@ def section(record: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def model_tables(found: list[dict[str, Any]]) -> str:
+    """The model table's section: how to run it, then per machine kind its rows cut to the engines' rates, ratios
+    and targets (every column is in the run's own section under Results)."""
+    kept = [r for r in found if r["script"].split("-")[0] == "bench_models"]
+    tables = [model_table(r) for r in kept] or \
+        ["No model table is kept yet: run `python -m bench.bench_models`, then `python -m bench.summary`.\n"]
+    return MODEL_TABLE + "\n".join(tables)
+
+
+def model_table(record: dict[str, Any]) -> str:
+    commit = record["machine"]["commit"][:10]
+    lines = [f"### {record['script']} on {record['kind']}", "",
+             f"{record['date'][:10]}, commit {commit}{' (a smoke run: no results)' if record.get('smoke') else ''}.",
+             "", table([{k: row.get(k) for k in MODEL_COLUMNS} for row in record["rows"]]) if record["rows"] else
+             "(no rows)", ""]
+    return "\n".join(lines)
+
+
 def page(results: Path) -> str:
     listed = "\n".join(f"- `python -m {module}`: {line}" for module, line in scripts())
     found = records(results)
     body = "\n".join(section(r) for r in found) if found else \
         "No results are kept yet: run a script without `--smoke`, then `python -m bench.summary`.\n"
-    return INTRO + listed + "\n\n## Results\n\n" + body
+    return INTRO + listed + "\n\n" + model_tables(found) + "\n## Results\n\n" + body
 
 
 def main() -> None:
