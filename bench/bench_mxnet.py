@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from bench import harness
+from bench.peers.gluon_loop import sharded_step
 from bench.frameworks import load_mxnet
 
 harness.as_the_command()  # as the multidev command does: every usable core, before MXNet loads, for both sides
@@ -75,21 +76,7 @@ def hand_written(model: str, contexts: list, x: np.ndarray, y: np.ndarray, lr: f
     net = resnet18(10) if model == "resnet18" else mlp(10)
     net.initialize(mx.init.Xavier(), ctx=contexts)
     net.hybridize(static_alloc=True)
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": lr}, kvstore="device")
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    bounds = np.linspace(0, len(x), len(contexts) + 1).astype(int)  # the batch divides evenly here
-
-    def step() -> float:
-        xs = [nd.array(x[a:b], ctx=c) for a, b, c in zip(bounds, bounds[1:], contexts)]
-        ys = [nd.array(y[a:b], ctx=c) for a, b, c in zip(bounds, bounds[1:], contexts)]
-        with autograd.record():
-            losses = [loss_fn(net(xi), yi) for xi, yi in zip(xs, ys)]
-        for loss in losses:
-            loss.backward()
-        trainer.step(len(x))
-        return sum(float(loss.sum().asscalar()) for loss in losses)
-
-    return step
+    return sharded_step(mx, net, contexts, x, y, lr, momentum=0.0)
 
 
 def engine(model: str, devices: list, x: np.ndarray, y: np.ndarray, lr: float) -> Callable[[], float]:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bench import harness
+from bench.peers.torch_loop import replicated_step
 
 import multidev  # noqa: I001  (after the harness: nothing of it loads a framework)
 
@@ -60,23 +61,7 @@ def handwritten_step(spec: multidev.ModelSpec, k: int, x: np.ndarray, y: np.ndar
                 mlp(int(np.prod(spec.in_shape)), spec.num_classes) for _ in range(k)]
     for r in replicas[1:]:
         r.load_state_dict(replicas[0].state_dict())
-    optimizers = [torch.optim.SGD(r.parameters(), lr=0.1) for r in replicas]
-    xs = torch.from_numpy(x).tensor_split(k)
-    ys = torch.from_numpy(y).tensor_split(k)
-
-    def step() -> None:
-        for r, xi, yi in zip(replicas, xs, ys):
-            r.zero_grad()
-            (F.cross_entropy(r(xi), yi, reduction="sum") / len(x)).backward()
-        if k > 1:
-            with torch.no_grad():
-                for params in zip(*(r.parameters() for r in replicas)):
-                    total = sum(p.grad for p in params)
-                    for p in params:
-                        p.grad.copy_(total)
-        for opt in optimizers:
-            opt.step()
-    return step
+    return replicated_step(replicas, torch.from_numpy(x), torch.from_numpy(y), lr=0.1, momentum=0.0)
 
 
 def multidev_step(spec: multidev.ModelSpec, k: int, x: np.ndarray, y: np.ndarray):

@@ -12,28 +12,9 @@ def load_mxnet():
     return engine_load()
 
 
-#: the schemas of the two operators torchvision's Python code registers fakes for on import (its csrc/ops)
-TORCHVISION_OPS = {"nms": "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
-                   "qnms": "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"}
-
-
 def load_torchvision():
-    """torchvision as the tests load it (tests/nn/conftest.py): a wheel installed ``--no-deps`` beside another torch
-    build fails on import (``operator torchvision::nms does not exist``), and its models are pure Python, so the
-    schemas its import registers fakes for are declared first where that happens."""
-    import sys
+    """torchvision as the tests load it (``multidev.testing.torchvision``: its wheel's operators declared where it
+    was built for another torch)."""
+    from multidev.testing.torchvision import load_torchvision as load
 
-    import torch
-
-    try:
-        import torchvision
-        return torchvision
-    except RuntimeError as exc:
-        if "torchvision::" not in str(exc):
-            raise
-    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-        del sys.modules[name]  # the half-imported package
-    for op, schema in TORCHVISION_OPS.items():
-        torch.library.define(f"torchvision::{op}", schema)
-    import torchvision
-    return torchvision
+    return load()

@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from multidev.engines.cpu_kind import cpu_kind, number, processor
+from multidev.engines.cpu_kind import cpu_kind, identity, processor
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the feature flags that change which kernels the frameworks run
@@ -53,13 +53,9 @@ def usable_cores() -> int:
 @lru_cache(maxsize=1)
 def cpu() -> Cpu:
     """This machine's CPU, from the first processor of /proc/cpuinfo (the platform's name where unreadable)."""
-    info = processor()
-    flags = frozenset(info.get("flags", info.get("Features", "")).split())
-    vendor = info.get("vendor_id", info.get("CPU implementer", ""))
-    name = info.get("model name", platform.processor() or platform.machine())
-    family, model = number(info.get("cpu family", "")), number(info.get("model", ""))
+    vendor, name, family, model, flags = identity()
     return Cpu(vendor, name, family, model, tuple(f for f in VECTOR_FLAGS if f in flags),
-               float(info.get("cpu MHz", 0) or 0), usable_cores(), cpu_kind(vendor, name, family, model, flags))
+               float(processor().get("cpu MHz", 0) or 0), usable_cores(), cpu_kind(vendor, name, family, model, flags))
 
 
 @lru_cache(maxsize=1)

@@ -63,11 +63,16 @@ def processor() -> dict[str, str]:
         return {}
 
 
-@lru_cache(maxsize=1)
-def this_cpu_kind() -> str:
-    """This machine's CPU kind, or the platform's name where /proc/cpuinfo cannot be read."""
+def identity() -> tuple[str, str, Optional[int], Optional[int], frozenset[str]]:
+    """This machine's CPU: (vendor, model name, family, model, feature flags), as :func:`cpu_kind` takes them."""
     info = processor()
     flags = frozenset(info.get("flags", info.get("Features", "")).split())
     vendor = info.get("vendor_id", info.get("CPU implementer", ""))
     name = info.get("model name", platform.processor() or platform.machine())
-    return cpu_kind(vendor, name, number(info.get("cpu family", "")), number(info.get("model", "")), flags)
+    return vendor, name, number(info.get("cpu family", "")), number(info.get("model", "")), flags
+
+
+@lru_cache(maxsize=1)
+def this_cpu_kind() -> str:
+    """This machine's CPU kind, or the platform's name where /proc/cpuinfo cannot be read."""
+    return cpu_kind(*identity())
