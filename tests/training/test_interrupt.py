@@ -93,8 +93,10 @@ AUGMENTED = ["--augment", "crop,flip", "--normalize", "auto"]
 
 @pytest.mark.parametrize("engine, signum, extra", [("fake", signal.SIGINT, []),
                                                    pytest.param("fake", signal.SIGTERM, [], marks=pytest.mark.slow),
+                                                   # three torch runs; the augmented ones below resume a real
+                                                   # engine too (CI's slow run on a Zen 4: 104 s with its lanes)
                                                    pytest.param("signalling-torch", signal.SIGINT, [],
-                                                                marks=pytest.mark.slow),  # three torch runs: 10 s
+                                                                marks=[pytest.mark.slow, pytest.mark.full]),
                                                    pytest.param("signalling-torch", signal.SIGINT, AUGMENTED,
                                                                 marks=pytest.mark.slow)],
                          ids=["fake-SIGINT", "fake-SIGTERM", "torch-SIGINT", "torch-SIGINT-augmented"])
