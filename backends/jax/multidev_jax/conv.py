@@ -23,7 +23,7 @@ depthwise convolution in float32 or float64 is computed that way on the CPU
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -56,15 +56,11 @@ def patches_matmul(lhs: jax.Array, rhs: jax.Array, strides: Sequence[int], paddi
     """
     kh, kw = rhs.shape[:2]
     (top, _), (left, _) = padding
-    x = jnp.pad(lhs, ((0, 0), tuple(padding[0]), tuple(padding[1]), (0, 0)))
-    oh = (x.shape[1] - kh) // strides[0] + 1
-    ow = (x.shape[2] - kw) // strides[1] + 1
+    (oh, ow), tap = _taps(lhs, rhs, strides, padding)
     kept = [(i, j) for i in range(kh) for j in range(kw)
             if _reaches_data(i, oh, strides[0], top, lhs.shape[1])
             and _reaches_data(j, ow, strides[1], left, lhs.shape[2])]
-    taps = [x[:, i:i + (oh - 1) * strides[0] + 1:strides[0], j:j + (ow - 1) * strides[1] + 1:strides[1], :]
-            for i, j in kept]
-    patches = jnp.concatenate(taps, axis=-1)
+    patches = jnp.concatenate([tap(i, j) for i, j in kept], axis=-1)
     kernel = jnp.concatenate([rhs[i, j] for i, j in kept], axis=0)  # (taps * cin, cout), in the patches' order
     return lax.dot_general(patches, kernel, (((3,), (0,)), ((), ())), precision=precision)
 
@@ -125,16 +121,27 @@ def depthwise_taps(lhs: jax.Array, rhs: jax.Array, strides: Sequence[int], paddi
                    dilation: Any = None) -> jax.Array:
     """A depthwise NHWC x HWIO convolution as its taps: each a strided slice of the padded input times the tap's
     weights (one per channel), added tap after tap."""
+    _, tap = _taps(lhs, rhs, strides, padding, dilation)
+    out = None
+    for i in range(rhs.shape[0]):
+        for j in range(rhs.shape[1]):
+            term = tap(i, j) * rhs[i, j, 0]
+            out = term if out is None else out + term
+    return out
+
+
+def _taps(lhs: jax.Array, rhs: jax.Array, strides: Sequence[int], padding: Sequence[tuple[int, int]],
+          dilation: Any = None) -> tuple[tuple[int, int], Callable[[int, int], jax.Array]]:
+    """(the output's height and width, ``tap(i, j)``: the input rows and columns kernel offset
+    (i, j) reads, strided, one per output pixel)."""
     kh, kw = rhs.shape[:2]
     dh, dw = dilation or (1, 1)
     x = jnp.pad(lhs, ((0, 0), tuple(padding[0]), tuple(padding[1]), (0, 0)))
     oh = (x.shape[1] - dh * (kh - 1) - 1) // strides[0] + 1
     ow = (x.shape[2] - dw * (kw - 1) - 1) // strides[1] + 1
-    out = None
-    for i in range(kh):
-        for j in range(kw):
-            tap = lax.slice(x, (0, i * dh, j * dw, 0),
-                            (x.shape[0], i * dh + (oh - 1) * strides[0] + 1, j * dw + (ow - 1) * strides[1] + 1,
-                             x.shape[3]), (1, strides[0], strides[1], 1)) * rhs[i, j, 0]
-            out = tap if out is None else out + tap
-    return out
+
+    def tap(i: int, j: int) -> jax.Array:
+        return lax.slice(x, (0, i * dh, j * dw, 0),
+                         (x.shape[0], i * dh + (oh - 1) * strides[0] + 1, j * dw + (ow - 1) * strides[1] + 1,
+                          x.shape[3]), (1, strides[0], strides[1], 1))
+    return (oh, ow), tap
