@@ -97,12 +97,17 @@ class Choice:
         """The form shipped for this CPU kind (:mod:`.shipped`), else :attr:`unmeasured`."""
         return table.shipped(self.filename.rsplit(".", 1)[0]) or self.unmeasured
 
+    def chosen(self, key: str, measure: Callable[[], str]) -> str:
+        """The kept form for ``key``, else ``measure()`` (which keeps its answer) where runs measure, else the
+        shipped one (nothing timed)."""
+        kept = self.kept.get(key)
+        if kept is not None:
+            return kept
+        return measure() if table.measuring() else self.shipped()
+
     def fastest(self, key: str, timers: Mapping[str, Callable[[], float]]) -> str:
-        """The kept form for ``key``, else the faster of ``timers`` (kept for later runs) where the run measures,
-        else the shipped one (nothing timed)."""
-        if not table.measuring():
-            return self.kept.get(key) or self.shipped()
-        return self.kept.fastest(key, timers)
+        """:meth:`chosen`, measured as the faster of ``timers``."""
+        return self.chosen(key, lambda: self.kept.fastest(key, timers))
 
     def agreed(self, key: str, measure: Optional[Callable[[], str]] = None, default: Optional[str] = None) -> str:
         """A job's form for ``key``: rank 0's kept one (measured by it with ``measure`` where runs measure), else

@@ -42,7 +42,6 @@ from ..allreduce import Rows
 from ..batchnorm import ChannelSum, normalize
 from . import threads
 from .choice import Choice
-from .shipped import measuring
 
 SUMS = Choice("MULTIDEV_JAX_SUMS", ("matvec", "reduce", "staged"), "sums.json", unmeasured="matvec",
               in_job="matvec", when="per shape at a run's first step")
@@ -137,16 +136,12 @@ def form(shape: tuple[int, ...], dtype: object) -> str:
     measure, else shipped (a job's processes take rank 0's)."""
     name = key(shape, dtype)
 
-    def measured_here() -> str:
-        chosen = SUMS.kept.get(name)
-        if chosen is None and not measuring():
-            return SUMS.shipped()
-        if chosen is None:
-            with jax.ensure_compile_time_eval():  # measured now, outside the step being traced
-                chosen = measure(shape, dtype)
-            SUMS.kept.put(name, chosen)
+    def timed() -> str:
+        with jax.ensure_compile_time_eval():  # measured now, outside the step being traced
+            chosen = measure(shape, dtype)
+        SUMS.kept.put(name, chosen)
         return chosen
-    return SUMS.agreed(name, measured_here) if jax.process_count() > 1 else measured_here()
+    return SUMS.agreed(name, timed) if jax.process_count() > 1 else SUMS.chosen(name, timed)
 
 
 def measured(a: jax.Array, weight: jax.Array) -> jax.Array:
