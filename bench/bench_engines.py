@@ -104,10 +104,11 @@ def time_all(args, counts: list[int]) -> dict[tuple[str, int], list[dict[str, An
     """Every (engine, device count)'s runs, the counts alternating within each round."""
     # the first round compiles cold, with no kept choice (the engines' cache home too), later ones load
     cache = tempfile.mkdtemp(prefix="bench-compile-cache-")
+    env = {"MULTIDEV_COMPILE_CACHE": cache, "XDG_CACHE_HOME": cache}
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     try:
         for backend in args.backends.split(","):
-            contenders = {k: partial(harness.fresh, worker, env={"MULTIDEV_COMPILE_CACHE": cache, "XDG_CACHE_HOME": cache},
+            contenders = {k: partial(harness.fresh, worker, env=env,
                                      label=f"{backend} x{k}", backend=backend, k=k, batch=args.batch,
                                      size=args.size, model=args.model, steps=args.steps, repeats=args.repeats)
                           for k in counts}

@@ -12,7 +12,7 @@ configure_cpu_devices()
 
 @pytest.fixture
 def afresh(monkeypatch, tmp_path) -> Iterator[Callable[[Any], Any]]:
-    """``afresh(choice)``: a measured form (``multidev_jax.forms.Choice``) unpinned and measuring anew (not shipped), its
+    """``afresh(choice)``: a form (``multidev_jax.forms.Choice``) unpinned and measuring anew (not shipped), its
     measurements kept in a folder of this test's own (given back after the test), no step compiled yet."""
     from multidev_jax import compiled
 

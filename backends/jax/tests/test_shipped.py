@@ -14,20 +14,14 @@ def never() -> float:
 
 
 @pytest.fixture
-def unpinned(monkeypatch, tmp_path):
-    """Every form unpinned, no kept choice (a folder of this test's own), the forms mode as the environment says."""
-    from multidev_jax import compiled
+def unpinned(monkeypatch, afresh):
+    """Every form as ``afresh`` leaves it (unpinned, nothing kept, no step compiled), the forms mode unset."""
     from multidev_jax.forms import CHOICES as ALL
 
-    given_up = []
     for choice in ALL.values():
-        monkeypatch.delenv(choice.env, raising=False)
-        given_up.append((choice, choice.keeping(lambda: tmp_path)))
-    monkeypatch.delenv("MULTIDEV_JAX_FORMS", raising=False)
-    monkeypatch.setattr(compiled, "_CACHE", {})
-    yield ALL
-    for choice, kept in reversed(given_up):
-        choice.restore(kept)
+        afresh(choice)
+    monkeypatch.delenv("MULTIDEV_JAX_FORMS")  # afresh measures; these runs take the shipped forms
+    return ALL
 
 
 def as_kind(monkeypatch, kind: str) -> None:
