@@ -20,26 +20,16 @@ environment given.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from bench import harness
-from bench.harness.flops import training_flops
+from bench.harness.flops import gpu_peak, training_flops
 
 import multidev  # noqa: I001
 
 TARGETS = {"fp32": 5.9, "bf16": 3.0}
-#: dense peak TFLOP/s by GPU name (vendor data sheets; SXM parts): float32 without TF32, TF32 and bf16 on tensor
-#: cores (without the sparsity the sheets' larger figures assume)
-PEAKS = {"H100": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.0}, "H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.0},
-         "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0}}
 SMOKE = {"backends": "torch,jax", "model": "mlp", "epochs": 1, "train": 64, "test": 32, "batch": 32,
          "worker_timeout": 300}
-
-
-def peak(precision: str) -> Optional[float]:
-    """The GPU's dense peak for ``precision`` from its data sheet (None for an unknown GPU or none)."""
-    name = harness.machine.gpu()
-    return next((p[precision] for gpu, p in PEAKS.items() if gpu in name), None)
 
 
 def worker(backend: str, precision: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +103,7 @@ def time_one(args, options: dict[str, Any], backend: str, precision: str, varian
     best = min(got["seconds"])
     spec = multidev.ModelSpec(args.model, (1, 28, 28), 10)
     work = training_flops(spec) * args.train / best / 1e12
-    top = peak("tf32" if args.tf32 and precision == "fp32" else precision)
+    top = gpu_peak("tf32" if args.tf32 and precision == "fp32" else precision)
     return {**row, "devices": ", ".join(got["devices"]),
             "sec per epoch (each)": ", ".join(f"{s:.1f}" for s in got["seconds"]), "TFLOP/s (best epoch)": work,
             "share of peak": f"{100 * work / top:.1f}% of {top:.0f}" if top else "peak unknown",

@@ -34,6 +34,12 @@ parameter count and the forms each engine chose.
 
     python -m bench.bench_models                          # 3 networks at 32x32x3, batch 32, 1 device
     python -m bench.bench_models --devices 1,2 --models vit --rounds 5
+    python -m bench.bench_models --gpu --engines torch,jax --batch 256    # on a GPU: each row's share of its peak
+
+On GPUs (``--gpu``) the loops and engines compute in full float32 (TF32 off,
+as the engines have it unless a run opts in), and each row adds its TFLOP/s
+and share of the data sheet's float32 peak, the work counted by torch's flop
+counter on torchvision's network (``bench.peers.torch_models.training_flops``).
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ import numpy as np
 
 from bench import harness
 from bench.bench_jax import forms
+from bench.harness.flops import gpu_peak
 from bench.jax_peers import keras_absent
 from bench.peers.flax_loop import time_flax
 from bench.peers.gluon_loop import time_gluon
@@ -78,17 +85,19 @@ class Contender:
 
 def time_engine(backend: str, onnx: Optional[str], batchnorm: str, name: str, size: int, smoke: bool, k: int,
                 batch: int, lr: float, momentum: float, warmup: int, steps: int, repeats: int,
-                expected: int) -> dict[str, Any]:
-    """Samples/s, first step and parameter count of multidev's engine ``backend`` on ``k`` devices (a fresh
-    process), its steps run as the training loop runs them."""
+                expected: int, gpu: bool = False) -> dict[str, Any]:
+    """Samples/s, first step and parameter count of multidev's engine ``backend`` on ``k`` devices (GPUs where
+    ``gpu``; a fresh process), its steps run as the training loop runs them."""
     harness.as_the_command()  # before any framework loads (a parent's setting stands)
     import multidev
     from multidev.engine import Optimizer, plan_cpu_devices
     from multidev.engines.registry import engine_version
 
     engine = multidev.load_backend(backend)
-    plan_cpu_devices(engine, k)  # as a run tells it, before its first other call
-    devices = multidev.resolve_devices(devices=k, gpu_count=engine.gpu_count(), max_cpu=engine.max_cpu_devices())
+    if not gpu:
+        plan_cpu_devices(engine, k)  # as a run tells it, before its first other call
+    devices = multidev.resolve_devices(gpus=k if gpu else None, devices=None if gpu else k,
+                                       gpu_count=engine.gpu_count(), max_cpu=engine.max_cpu_devices())
     if backend == "jax":
         from bench.jax_peers import warm_up
         warm_up()  # as the Flax and Keras processes do
@@ -170,7 +179,9 @@ def parse() -> argparse.Namespace:
     p = harness.parser(__doc__)
     p.add_argument("--models", default=",".join(NAMES), help=f"networks, comma-separated, of {', '.join(NAMES)}")
     p.add_argument("--engines", default=",".join(ENGINES), help="engines (each with its framework's peers)")
-    p.add_argument("--devices", default="1", help="CPU device counts to time, comma-separated (e.g. 1,2)")
+    p.add_argument("--devices", default="1", help="device counts to time, comma-separated (e.g. 1,2)")
+    p.add_argument("--gpu", action="store_true",
+                   help="on GPUs (--devices counts them), each row with its share of the GPU's float32 peak")
     p.add_argument("--size", type=int, default=32, help="image height and width (3 channels)")
     p.add_argument("--batch", type=int, default=32, help="minibatch over all devices")
     p.add_argument("--lr", type=float, default=0.05)
@@ -200,7 +211,8 @@ def main() -> None:
                             f"float32, SGD lr {args.lr} momentum {args.momentum}; {args.warmup} warm-up step(s), "
                             f"the median of {args.repeats} x {args.steps} steps per run, the median of {args.rounds} "
                             f"run(s) of every contender in a fresh process; OMP_NUM_THREADS="
-                            f"{os.environ['OMP_NUM_THREADS']}; JAX engine batchnorm={args.jax_batchnorm}")
+                            f"{os.environ['OMP_NUM_THREADS']}; JAX engine batchnorm={args.jax_batchnorm}"
+                            + ("; on GPUs, full float32 (no TF32)" if args.gpu else ""), gpu=args.gpu)
     if keras_missing:
         report.note(f"Keras 3: skipped ({keras_missing})")
     folder = tempfile.mkdtemp(prefix="bench-models-")
@@ -209,11 +221,12 @@ def main() -> None:
         for name in names:
             onnx = export(name, args, folder) if uses_onnx(Net.of(name, args.size, args.smoke)) else None
             expected = network_parameters(name, args, onnx, report)
+            work = sample_flops(name, args) if args.gpu else None
             for k in counts:
                 runs = time_model(contenders(args.engines.split(","), not keras_missing, onnx, args.jax_batchnorm),
                                   name, k, expected, args, failed)
                 for row in rows(name, k, expected, runs):
-                    report.add(row)
+                    report.add({**row, **gpu_share(row, work)} if work else row)
                 report.note(counted(name, k, runs))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -231,6 +244,25 @@ def export(name: str, args: argparse.Namespace, folder: str) -> str:
     path = os.path.join(folder, f"{name}.onnx")
     return harness.fresh(write, label=f"export {name}", timeout=args.timeout, name=name, size=args.size,
                          smoke=args.smoke, path=path)
+
+
+def sample_flops(name: str, args: argparse.Namespace) -> int:
+    """A training step's work per sample, counted by torch in a process of its own (this one loads no framework)."""
+    from bench.peers.torch_models import training_flops
+
+    return harness.fresh(training_flops, label=f"count {name}'s work", timeout=args.timeout, name=name,
+                         size=args.size, smoke=args.smoke)
+
+
+def gpu_share(row: dict[str, Any], work: int) -> dict[str, Any]:
+    """The engine's TFLOP/s and its share of the GPU's float32 peak (the data sheet's, for all devices)."""
+    rate = row["engine samples/s"]
+    if not isinstance(rate, float):
+        return {"TFLOP/s": None, "share of fp32 peak": ""}
+    top = gpu_peak("fp32")
+    tflops = rate * work / 1e12
+    share = f"{100 * tflops / (top * row['devices']):.1f}% of {top * row['devices']:.0f}" if top else "peak unknown"
+    return {"TFLOP/s": tflops, "share of fp32 peak": share}
 
 
 def network_parameters(name: str, args: argparse.Namespace, onnx: Optional[str], report: harness.Report) -> int:
@@ -254,7 +286,7 @@ def time_model(found: list[Contender], name: str, k: int, expected: int, args: a
     env = {"MULTIDEV_COMPILE_CACHE": os.environ.get("MULTIDEV_COMPILE_CACHE", "off"), "KERAS_BACKEND": "jax"}
     common = {"name": name, "size": args.size, "smoke": args.smoke, "k": k, "batch": args.batch, "lr": args.lr,
               "momentum": args.momentum, "warmup": args.warmup, "steps": args.steps, "repeats": args.repeats,
-              "expected": expected}
+              "expected": expected, "gpu": args.gpu}
 
     def run(c: Contender) -> Optional[dict[str, Any]]:
         try:
@@ -317,7 +349,7 @@ def targets(engine: str, ratios: dict[str, Optional[float]]) -> str:
     """The issue's figures this engine's row is held to: "met", or what fell short ("" where none was measured)."""
     wanted = ["hand-written"] + (["keras"] if engine == "jax" else ["fastest"])
     measured = {key: ratios[key] for key in wanted if ratios[key] is not None}
-    short = [f"{value:.2f} < {TARGETS[key]} of {key}" for key, value in measured.items() if value < TARGETS[key]]
+    short = [f"{value:.3f} < {TARGETS[key]} of {key}" for key, value in measured.items() if value < TARGETS[key]]
     return ("missed: " + "; ".join(short)) if short else "met" if measured else ""
 
 

@@ -2,7 +2,9 @@
 # Everything issue 25 asks of a lent GPU, in one device call (the budget is 15 minutes a session, starts included):
 #   run(command="bash bench/gpu_check.sh", timeout_s=570)   (about 8 minutes on an H100; logs come back if cut)
 # JAX_ROWS=0 leaves out JAX's float32 and bf16 rows (its TF32 row stays); TORCH_ROWS=0 leaves out torch's forms,
-# the TF32 rows and the profile; TESTS_K=torch runs that engine's GPU test.
+# the TF32 rows and the profile; MODEL_ROWS=0 the model table (ResNet-50, MobileNetV2 and the ViT, each engine
+# against its loop, with the share of the float32 peak; MODELS_ARGS adds to its options); TESTS_K=torch runs that
+# engine's GPU test.
 # The device machine's image already holds torch, JAX (CUDA), Flax, Optax, tqdm, scikit-learn, matplotlib and
 # Pillow, and nothing can be fetched there, so multidev and the two engines go in without their dependencies.
 # Every log lands under $OUT (it comes back even when the call runs out of time), and the figures as result files
@@ -14,7 +16,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 BENCH_RESULTS="$OUT/results"
+# JAX takes 75% of the GPU's memory at its start unless told not to: the tests' processes share the one GPU.
+export PYTHONUNBUFFERED=1 BENCH_RESULTS="$OUT/results" XLA_PYTHON_CLIENT_PREALLOCATE=false
 PY=${PYTHON:-python3}
 stamp() { echo "== $(date +%T) $*" | tee -a "$OUT/gpu_check.log"; }
 
@@ -29,8 +32,14 @@ $PY -c "import multidev_torch, multidev_jax" || { stamp "multidev's engines did 
   $PY -m multidev backends; } 2>&1 | tee -a "$OUT/gpu_check.log"
 
 stamp "GPU against CPU (tests/test_gpu.py)"
-timeout 100 $PY -m pytest -q -p no:cacheprovider tests/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tail -15 \
+timeout 100 $PY -m pytest -q -p no:cacheprovider -n 0 tests/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tail -15 \
   | tee -a "$OUT/gpu_check.log"
+
+if [ "${MODEL_ROWS:-1}" = 1 ]; then
+  stamp "the model table on the GPU: torch and JAX, each against its hand-written loop (bench_models --gpu)"
+  timeout "${MODELS_TIMEOUT:-400}" $PY -m bench.bench_models --gpu --engines torch,jax --batch 256 --rounds 1 \
+    --warmup 3 --steps 20 --repeats 3 --timeout 150 ${MODELS_ARGS:-} 2>&1 | tee -a "$OUT/gpu_check.log"
+fi
 
 if [ "${JAX_ROWS:-1}" = 1 ]; then
   stamp "the book's job shape: JAX, float32 and bf16, BatchNorm's sums as matrix-vector products and as reductions"

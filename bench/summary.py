@@ -73,18 +73,20 @@ skipped), and a quiet machine:
 python -m bench.bench_models                    # the three networks, batch 32, 1 device
 python -m bench.bench_models --devices 1,2      # and on 2 devices
 python -m bench.bench_models --models vit --rounds 5 --label vit
+python -m bench.bench_models --gpu --engines torch,jax --batch 256   # on a GPU (bench/gpu_check.sh runs it)
 python -m bench.summary                         # this page
 ```
 
 "targets" holds each engine's row to the issue's figures: at least 0.95 of
 its hand-written loop, the JAX engine at least 1.1 of Keras, torch and MXNet
 at least 0.8 of the fastest engine on that network. The tables below keep
-the engines' columns; each run's every column is under Results.
+the engines' columns (on a GPU, with each engine's share of the data
+sheet's float32 peak); each run's every column is under Results.
 
 """
 #: the model table's columns kept on the page's own table
 MODEL_COLUMNS = ("model", "devices", "engine", "params", "engine samples/s", "engine / hand-written", "engine / Keras",
-                 "engine / fastest engine", "engine first step s", "targets")
+                 "engine / fastest engine", "engine first step s", "targets", "share of fp32 peak")
 
 
 def scripts() -> list[tuple[str, str]]:
@@ -135,7 +137,7 @@ def model_table(record: dict[str, Any]) -> str:
     commit = record["machine"]["commit"][:10]
     lines = [f"### {record['script']} on {record['kind']}", "",
              f"{record['date'][:10]}, commit {commit}{' (a smoke run: no results)' if record.get('smoke') else ''}.",
-             "", table([{k: row.get(k) for k in MODEL_COLUMNS} for row in record["rows"]]) if record["rows"] else
+             "", table([{k: row[k] for k in MODEL_COLUMNS if k in row} for row in record["rows"]]) if record["rows"] else
              "(no rows)", ""]
     return "\n".join(lines)
 

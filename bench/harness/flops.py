@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 import numpy as np
 
-from bench.harness.machine import cpu
+from bench.harness.machine import cpu, gpu
 from multidev.engine import ModelSpec, resnet18_blocks
 
 
@@ -83,6 +84,19 @@ def vector_peak(cores: int) -> tuple[float, str]:
         lanes = 8
     gflops = lanes * 2 * 2 * cores * info.mhz / 1e3
     return gflops, f"{lanes} fp32 lanes x 2 FMA units x 2 x {cores} cores x {info.mhz / 1e3:.2f} GHz"
+
+
+#: dense peak TFLOP/s by GPU name (vendor data sheets; SXM parts): float32 without TF32, TF32 and bf16 on tensor
+#: cores (without the sparsity the sheets' larger figures assume)
+GPU_PEAKS = {"H100": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.0},
+             "H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.0},
+             "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0}}
+
+
+def gpu_peak(precision: str) -> Optional[float]:
+    """The GPU's dense peak for ``precision`` from its data sheet (None for an unknown GPU or none)."""
+    name = gpu()
+    return next((p[precision] for kind, p in GPU_PEAKS.items() if kind in name), None)
 
 
 def peak(cores: int, n: int = 2048) -> tuple[float, str]:

@@ -11,14 +11,15 @@ from typing import Any
 import numpy as np
 
 from bench.jax_peers import start_jax
-from bench.peers.measure import checked, measure, nhwc, synthetic
+from bench.peers.measure import checked, compute_device, measure, nhwc, synthetic
 from bench.peers.nets import Net
 
 
 def time_flax(name: str, size: int, smoke: bool, k: int, batch: int, lr: float, momentum: float, warmup: int,
-              steps: int, repeats: int, expected: int) -> dict[str, Any]:
-    """Samples/s, first step and parameter count of the Flax network ``name`` on ``k`` CPU devices (a fresh process)."""
-    start_jax({"gpu": False}, k)  # exactly k devices, as its user sets them before JAX starts
+              steps: int, repeats: int, expected: int, gpu: bool = False) -> dict[str, Any]:
+    """Samples/s, first step and parameter count of the Flax network ``name`` on ``k`` CPU devices (GPUs where
+    ``gpu``; a fresh process)."""
+    start_jax({"gpu": gpu}, k)  # exactly k devices, as its user sets them before JAX starts
     import jax
     import optax
     from jax.sharding import Mesh, NamedSharding
@@ -28,7 +29,7 @@ def time_flax(name: str, size: int, smoke: bool, k: int, batch: int, lr: float, 
 
     model, tx = flax_models.build(Net.of(name, size, smoke)), optax.sgd(lr, momentum)
     x, y = synthetic(batch, size)
-    mesh = Mesh(np.array(jax.devices("cpu")[:k]), ("batch",))
+    mesh = Mesh(np.array(jax.devices(compute_device(gpu))[:k]), ("batch",))
     replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
     images, labels = nhwc(x), y.astype(np.int32)
     variables = jax.jit(partial(model.init, train=False))(jax.random.PRNGKey(0), images[:1])

@@ -14,14 +14,14 @@ from bench.peers.nets import Net
 
 
 def time_gluon(name: str, size: int, smoke: bool, k: int, batch: int, lr: float, momentum: float, warmup: int,
-               steps: int, repeats: int, expected: int) -> dict[str, Any]:
-    """Samples/s, first step and parameter count of the Gluon network ``name`` on ``k`` CPU contexts (a fresh
-    process)."""
+               steps: int, repeats: int, expected: int, gpu: bool = False) -> dict[str, Any]:
+    """Samples/s, first step and parameter count of the Gluon network ``name`` on ``k`` CPU contexts (GPUs where
+    ``gpu``; a fresh process)."""
     harness.as_the_command()  # before MXNet loads: it reads its threads then
     from bench.peers import gluon_models
 
     mx = gluon_models.mx
-    contexts = [mx.cpu(i) for i in range(k)]
+    contexts = [(mx.gpu if gpu else mx.cpu)(i) for i in range(k)]
     mx.random.seed(0)
     net = gluon_models.build(Net.of(name, size, smoke))
     net.initialize(mx.init.Xavier(), ctx=contexts)

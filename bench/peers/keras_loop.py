@@ -10,21 +10,22 @@ from typing import Any
 import numpy as np
 
 from bench.jax_peers import start_jax
-from bench.peers.measure import checked, measure, nhwc, synthetic
+from bench.peers.measure import checked, compute_device, measure, nhwc, synthetic
 from bench.peers.nets import Net
 
 
 def time_keras(name: str, size: int, smoke: bool, k: int, batch: int, lr: float, momentum: float, warmup: int,
-               steps: int, repeats: int, expected: int) -> dict[str, Any]:
-    """Samples/s, first step and parameter count of Keras' network ``name`` on ``k`` CPU devices (a fresh process)."""
+               steps: int, repeats: int, expected: int, gpu: bool = False) -> dict[str, Any]:
+    """Samples/s, first step and parameter count of Keras' network ``name`` on ``k`` CPU devices (GPUs where
+    ``gpu``; a fresh process)."""
     os.environ["KERAS_BACKEND"] = "jax"  # this process's own: it runs nothing else
-    start_jax({"gpu": False}, k)
+    start_jax({"gpu": gpu}, k)
     import jax
     import keras
 
     from bench.peers import keras_models
 
-    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices("cpu")[:k]))
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices(compute_device(gpu))[:k]))
     keras.utils.set_random_seed(0)
     model = keras_models.build(Net.of(name, size, smoke))
     model.compile(optimizer=keras.optimizers.SGD(lr, momentum=momentum),

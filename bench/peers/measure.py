@@ -39,6 +39,11 @@ def measure(step: Callable[[], Any], finish: Callable[[], None], *, batch: int, 
     return {"first_step_s": first, "samples_per_sec": statistics.median(rates)}
 
 
+def compute_device(gpu: bool) -> str:
+    """Where a contender computes: "gpu" or "cpu", as JAX names the platform (MXNet and torch map it)."""
+    return "gpu" if gpu else "cpu"
+
+
 def checked(params: int, expected: int, who: str) -> int:
     """``params``, or an error naming both counts: a hand-written network must be multidev's architecture."""
     if params != expected:
