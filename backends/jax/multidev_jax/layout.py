@@ -5,7 +5,7 @@ wants HWIO kernels and (in, out) dense kernels under ``params``, and keeps
 running statistics under ``batch_stats``. Module paths equal the canonical
 names, so only the leaf name and the axis order change; transposes are exact.
 Leaves keep their canonical names (the engine's BatchNorm writes ``gamma``,
-``running_mean``, ...) except kernels and Flax's own LayerNorm (``scale``, ``bias``).
+``running_mean``, ...) except kernels and LayerNorm, which keeps Flax's names (``scale``, ``bias``).
 The engine's own token modules (:mod:`.tokens`) hold the core's arrays as
 they are: the attention's ``in_weight`` and ``out_weight`` keep their names
 and torch's (out, in) layout.

@@ -1,7 +1,8 @@
 """Any model definition (``spec.graph``) in Flax, with the core's canonical names.
 
 Every node becomes Flax's own layer (``nn.Conv``, ``nn.Dense``,
-``nn.LayerNorm``, ``nn.max_pool``, ...) or the engine's BatchNorm, and module
+``nn.max_pool``, ...) or the engine's BatchNorm or LayerNorm
+(:mod:`.layernorm`), and module
 paths equal the canonical names, one nested module per dotted scope
 (``stage2.block1.conv1`` is ``stage2`` / ``block1`` / ``conv1``), so
 :mod:`.layout` only renames leaves and reorders axes. Images arrive NCHW (the
@@ -31,6 +32,7 @@ from .allreduce import Rows
 from .batchnorm import BatchNorm, ChannelSum
 from .conv import conv_general_dilated, conv_general_dilated_once
 from .forms.sums import matvec
+from .layernorm import LayerNorm
 from .pools import Pads, chw, pool
 from .shapes import (aligned, engine_axis, flatten, matmul, mean, nchw, nhwc, padded_axis, product, reshape,
                      sliced, transpose)
@@ -157,14 +159,12 @@ def _channels_last(layer: md.BatchNorm, norm: nn.Module, x: jax.Array, run: _Pas
 
 
 def _layernorm(layer: md.LayerNorm, x: jax.Array, run: _Pass, name: str) -> nn.Module:
-    """Flax's LayerNorm. Over a whole sample, gamma and beta per channel (NHWC's last axis, else the sample's first);
-    over the last ``last`` axes, per value of those, in the canonical order (:func:`_canonically`)."""
-    norm = partial(nn.LayerNorm, layer.eps, dtype=x.dtype, use_bias=layer.affine, use_scale=layer.affine,
-                   use_fast_variance=False, name=name)
+    """Over a whole sample, gamma and beta per channel (NHWC's last axis, else the sample's first); over the last
+    ``last`` axes, per value of those, in the canonical order (:func:`_canonically`)."""
     if layer.last is None:
-        return norm(reduction_axes=tuple(range(1, x.ndim)), feature_axes=3 if x.ndim == 4 else 1)
+        return LayerNorm(layer.eps, tuple(range(1, x.ndim)), (3 if x.ndim == 4 else 1,), layer.affine, name=name)
     axes = tuple(range(x.ndim - layer.last, x.ndim))
-    return norm(reduction_axes=axes, feature_axes=axes)
+    return LayerNorm(layer.eps, axes, axes, layer.affine, name=name)
 
 
 def _canonically(layer: md.LayerNorm, norm: nn.Module, x: jax.Array, run: _Pass) -> jax.Array:
