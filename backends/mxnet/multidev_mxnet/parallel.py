@@ -105,7 +105,7 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
         if setup.precision == "bf16" and self.sync:
             raise MultidevError("the mxnet engine computes bf16 with local BatchNorm only (contrib.amp converts the "
                                 "compiled graph, and sync BatchNorm runs outside it): use --batchnorm local")
-        self.net = build(spec, self.sync)
+        self.net = build(spec, self.sync, exact=self.dtype != np.float32)
         try:
             self.net.initialize(mx.init.Zero(), ctx=self.contexts)  # values come from load_state
         except mx.base.MXNetError as exc:
