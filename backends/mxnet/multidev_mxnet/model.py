@@ -127,7 +127,7 @@ def _hard_sigmoid(F, x):
 
 #: the layers without parameters: (F, layer, inputs, their shapes per sample) -> output
 _FUNCTIONS: dict[type, Callable] = {
-    mnn.ReLU: lambda F, layer, xs, shapes: F.relu(xs[0]),
+    mnn.ReLU: lambda F, layer, xs, shapes: F.Activation(xs[0], act_type="relu"),  # oneDNN's, which keeps its layout
     mnn.GELU: _gelu,
     mnn.Tanh: lambda F, layer, xs, shapes: F.tanh(xs[0]),
     mnn.Sigmoid: lambda F, layer, xs, shapes: F.sigmoid(xs[0]),
