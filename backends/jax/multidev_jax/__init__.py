@@ -22,6 +22,7 @@ JAX's own: ``layout`` (canonical arrays to Flax variables and back),
 ``shapes`` (the engine's NHWC images and the layers that read the canonical
 axes: Reshape, Transpose, Slice, MatMul, Mul), ``tokens`` (a transformer's
 class token, position embedding and attention, holding the core's arrays),
+``layernorm`` (the exact two-pass LayerNorm, in a form XLA fuses well),
 ``pools`` (MaxPool2d and AvgPool2d with torch's padding), ``conv``
 (XLA:CPU's slow tiny and depthwise convolutions as a matrix product and as
 their taps), ``compiled``
