@@ -99,8 +99,7 @@ class Sharded:
             if self.processes:
                 self._spread(self._assembled(lambda i, j: self.rows[i][j]))
             else:
-                for j, param in enumerate(self.params):
-                    param._data = [self._whole(j, ctx) for ctx in self.contexts]
+                self._spread([self._whole(j, self.contexts[0]) for j in range(len(self.params))])
             self.gathered, self.marked = True, False
         if not train or self.marked:
             return
@@ -138,10 +137,11 @@ class Sharded:
         self.reps.sum_processes(wholes)
         return [whole for whole, in wholes]
 
-    def _spread(self, wholes: list[mx.nd.NDArray]) -> None:
-        """Each Parameter holds its whole (on the first context) on every context, a copy of its own on each."""
-        for j, whole in enumerate(wholes):
-            self.params[j]._data = [whole] + [whole.copyto(ctx) for ctx in self.contexts[1:]]
+    def _spread(self, wholes: list[mx.nd.NDArray], params: Optional[list] = None) -> None:
+        """Each Parameter (of ``params``, by default all) holds its whole (on the first context) on every context,
+        a copy of its own on each."""
+        for param, whole in zip(params or self.params, wholes):
+            param._data = [whole] + [whole.copyto(ctx) for ctx in self.contexts[1:]]
 
     def _whole(self, j: int, ctx) -> mx.nd.NDArray:
         """Parameter j whole on ``ctx``, from every device's rows (a new array: the rows stay the master)."""
@@ -151,20 +151,31 @@ class Sharded:
     # The update --------------------------------------------------------------
     def step(self, lr: float) -> None:
         """Every device updates its rows with its rows of the summed gradient; the rows are then gathered
-        (levels ``optimizer``, ``gradients``) or kept where they are (``parameters``)."""
+        (levels ``optimizer``, ``gradients``) or kept where they are (``parameters``).
+
+        In one process a parameter's gradients are summed whole on the first context, in the kvstore's order
+        (value by value the same additions as each device summing its own rows), then cut per device, and the
+        updated rows are joined there once and copied to the others, as a gather at level ``parameters`` is: with
+        each device summing and joining its own a step's copies and additions were k times as many (ResNet-18 on 4
+        CPU contexts: an epoch at level ``optimizer`` took 1.39-1.43 times the replicated one's, then 1.01-1.11).
+        """
         self.optimizer.set_learning_rate(lr)
         if self.processes:  # every context's gradient the job's total, added as the replicated run adds it
             self.reps._allreduce_processes()
+        first = self.contexts[0]
         for j, param in enumerate(self.params):
+            total = None if self.processes else reduce_sum([g.as_in_context(first) for g in param.list_grad()],
+                                                           self.local)
             for i, (a, b) in enumerate(self.ranges[j]):
                 if a == b:
                     continue
-                summed = self._summed_rows(param, i, a, b)
+                source = param.grad(self.contexts[i]) if total is None else total
+                summed = nd.slice_axis(source, axis=0, begin=a, end=b).as_in_context(self.contexts[i])
                 if not self.released:  # a copy of the rows, updated and gathered: the whole stays on the context
                     self.rows[i][j] = nd.slice_axis(param.data(self.contexts[i]), axis=0, begin=a, end=b)
                 self.updaters[i](j, summed, self.rows[i][j])
             if not self.released and not self.processes:
-                param._data = [self._whole(j, ctx) for ctx in self.contexts]
+                self._spread([self._whole(j, first)], [param])
                 for rows in self.rows:
                     rows[j] = None
         if not self.released and self.processes:  # one sum over the processes gathers every parameter
@@ -172,15 +183,6 @@ class Sharded:
             self.rows = [[None] * len(self.params) for _ in self.contexts]
         self.steps += 1
         self.marked = False
-
-    def _summed_rows(self, param: Any, i: int, a: int, b: int) -> mx.nd.NDArray:
-        """Device i's rows [a, b) of the summed gradient: of its context's total over the job where the processes
-        have summed it, else the contexts' rows added as the kvstore adds them."""
-        ctx = self.contexts[i]
-        if self.processes:
-            return nd.slice_axis(param.grad(ctx), axis=0, begin=a, end=b)
-        return reduce_sum([nd.slice_axis(g, axis=0, begin=a, end=b).as_in_context(ctx) for g in param.list_grad()],
-                          self.local)
 
     def summed_gradients(self) -> State:
         """The gradient summed over the contexts (and processes) as the replicated run sums it, on the host."""
