@@ -137,8 +137,8 @@ def model_table(record: dict[str, Any]) -> str:
     commit = record["machine"]["commit"][:10]
     lines = [f"### {record['script']} on {record['kind']}", "",
              f"{record['date'][:10]}, commit {commit}{' (a smoke run: no results)' if record.get('smoke') else ''}.",
-             "", table([{k: row[k] for k in MODEL_COLUMNS if k in row} for row in record["rows"]]) if record["rows"] else
-             "(no rows)", ""]
+             "", table([{k: row[k] for k in MODEL_COLUMNS if k in row} for row in record["rows"]])
+             if record["rows"] else "(no rows)", ""]
     return "\n".join(lines)
 
 

@@ -33,7 +33,8 @@ WORKER = textwrap.dedent("""
     x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("d")), np.full((1, 3), rank + 1.0, np.float32))
     step = compiled.Compiler(THREADS.pinned()).get("sum", jax.jit(lambda x: jnp.sum(jnp.sin(x) * 2.0)), x)
     total = float(step(x))
-    print(json.dumps({"rank": rank, "hits": compile_cache.hits(), "compiles": compiles[0], "total": total, "note": shared_compile.note()}))
+    print(json.dumps({"rank": rank, "hits": compile_cache.hits(), "compiles": compiles[0], "total": total,
+                      "note": shared_compile.note()}))
     distributed.leave()
 """)
 
