@@ -147,7 +147,8 @@ class JaxReplicas(WaitedSteps, ReplicaStates):
                     rate, whole)
             return best_seconds(self._compiled("train", batch, *args), args, repeats=3)
 
-        self.forms = forms.decide(self.forms, list(named), padded(shards.sizes), self._program(), seconds)
+        self.forms = forms.decide(self.forms, list(named), padded(shards.sizes), self._program(), seconds,
+                                  forms.network_traits(self.spec))
         self._use(Placement(self.setup, named, self.forms.parts), self.forms)
         self._compiler.seconds = compiling + time.perf_counter() - start
 

@@ -49,6 +49,25 @@ def test_a_kind_never_met_takes_its_vendors_nearest_table(kind, taken):
     assert kind_table(kind) == (taken, SHIPPED.get(taken, {}))
 
 
+def test_a_kind_may_ship_another_form_for_a_networks_traits(monkeypatch, unpinned):
+    """The Zen 4 splits a device for a transformer or a depthwise network, and keeps it whole for a ResNet."""
+    from multidev_jax.forms import PARTS, network_traits
+
+    import multidev
+
+    traits = {name: network_traits(multidev.ModelSpec(name, (3, 32, 32), 10))
+              for name in ("resnet18", "mobilenet_v2", "vit")}
+    assert traits == {"resnet18": frozenset(), "mobilenet_v2": {"depthwise"}, "vit": {"attention"}}
+    as_kind(monkeypatch, "amd-epyc-zen4")
+    timers = {form: never for form in PARTS.forms}
+    assert [PARTS.fastest(name, timers, traits[name]) for name in traits] == ["whole", "split", "split"]
+    assert PARTS.note().startswith("whole (split for networks with attention or depthwise convolutions), shipped "
+                                   "for amd-epyc-zen4")
+    as_kind(monkeypatch, "amd-epyc-zen3")  # none measured there: its one form for every network
+    assert PARTS.fastest("vit", timers, traits["vit"]) == "whole"
+    assert PARTS.note().startswith("whole, shipped for amd-epyc-zen3")
+
+
 def test_an_unknown_vendor_takes_each_choices_unmeasured_form(monkeypatch, unpinned):
     as_kind(monkeypatch, "aarch64")
     for choice in unpinned.values():

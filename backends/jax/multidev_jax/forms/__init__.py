@@ -15,7 +15,7 @@ where read). None of them changes what a step computes, only how fast.
 
 from .choice import Choice
 from .conv_inputs import CONV_INPUTS
-from .decided import Forms, decide, settle
+from .decided import Forms, decide, network_traits, settle
 from .parts import PARTS
 from .sums import SUMS
 from .threads import THREADS
@@ -24,4 +24,4 @@ from .threads import THREADS
 CHOICES: dict[str, Choice] = {"BatchNorm sums": SUMS, "threads": THREADS, "device parts": PARTS,
                               "convolution inputs": CONV_INPUTS}
 
-__all__ = ["CHOICES", "CONV_INPUTS", "PARTS", "SUMS", "THREADS", "Choice", "Forms", "decide", "settle"]
+__all__ = ["CHOICES", "CONV_INPUTS", "PARTS", "SUMS", "THREADS", "Choice", "Forms", "decide", "network_traits", "settle"]

@@ -93,21 +93,23 @@ class Choice:
         """The form the environment fixes, or None: measure (or take what was measured)."""
         return pinned_form(self.env, self.forms)
 
-    def shipped(self) -> str:
-        """The form shipped for this CPU kind (:mod:`.shipped`), else :attr:`unmeasured`."""
-        return table.shipped(self.filename.rsplit(".", 1)[0]) or self.unmeasured
+    def shipped(self, traits: frozenset[str] = frozenset()) -> str:
+        """The form shipped for this CPU kind and a network of ``traits`` (:mod:`.shipped`), else
+        :attr:`unmeasured`."""
+        return table.shipped(self.filename.rsplit(".", 1)[0], traits) or self.unmeasured
 
-    def chosen(self, key: str, measure: Callable[[], str]) -> str:
+    def chosen(self, key: str, measure: Callable[[], str], traits: frozenset[str] = frozenset()) -> str:
         """The kept form for ``key``, else ``measure()`` (which keeps its answer) where runs measure, else the
         shipped one (nothing timed)."""
         kept = self.kept.get(key)
         if kept is not None:
             return kept
-        return measure() if table.measuring() else self.shipped()
+        return measure() if table.measuring() else self.shipped(traits)
 
-    def fastest(self, key: str, timers: Mapping[str, Callable[[], float]]) -> str:
+    def fastest(self, key: str, timers: Mapping[str, Callable[[], float]],
+                traits: frozenset[str] = frozenset()) -> str:
         """:meth:`chosen`, measured as the faster of ``timers``."""
-        return self.chosen(key, lambda: self.kept.fastest(key, timers))
+        return self.chosen(key, lambda: self.kept.fastest(key, timers), traits)
 
     def agreed(self, key: str, measure: Optional[Callable[[], str]] = None, default: Optional[str] = None) -> str:
         """A job's form for ``key``: rank 0's kept one (measured by it with ``measure`` where runs measure), else
@@ -134,7 +136,8 @@ class Choice:
         if table.measuring():
             return self.kept.summary(self.when, self.env, self.labels)
         kind, _ = table.kind_table(table.this_cpu_kind())
-        note = f"{self.label(self.shipped())}, shipped for {kind} ({table.ENV}=measure times the forms on this CPU)"
+        note = (f"{self.label(self.shipped())}{table.trait_note(self.filename.rsplit('.', 1)[0])}, shipped for "
+                f"{kind} ({table.ENV}=measure times the forms on this CPU)")
         if any(self.kept.counts().values()):  # an earlier measuring run's choices, taken first where they hold
             note += f"; taken first where kept: {self.kept.summary(self.when, self.env, self.labels)}"
         return note

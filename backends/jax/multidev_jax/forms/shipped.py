@@ -37,6 +37,13 @@ SHIPPED: dict[str, dict[str, str]] = {
 }
 #: a kind never met takes the table of its vendor's nearest kind
 NEAREST = {"intel": "intel-xeon-amx", "amd": "amd-epyc-zen4"}
+#: kind -> choice -> a network's trait (``network_traits``) -> its form, where measuring chose otherwise for it
+BY_TRAIT: dict[str, dict[str, dict[str, str]]] = {
+    # one device split in two parts (batch 32, five steps): the ViT 897 against 565 samples/s whole, MobileNetV2
+    # 21.4 against 14.9; ResNet-18 alike at 32x32, but bench_jax's (28x28, batch 64) 1.07 of the Flax loop split,
+    # 1.18 whole
+    "amd-epyc-zen4": {"parts": {"attention": "split", "depthwise": "split"}},
+}
 
 
 def measuring() -> bool:
@@ -52,6 +59,20 @@ def kind_table(kind: str) -> tuple[str, dict[str, str]]:
     return (nearest, SHIPPED[nearest]) if nearest else (kind, {})
 
 
-def shipped(choice: str) -> Optional[str]:
-    """The form of ``choice`` (``sums``, ``threads``, ``parts``, ``conv_inputs``) shipped for this CPU, or None."""
-    return kind_table(this_cpu_kind())[1].get(choice)
+def shipped(choice: str, traits: frozenset[str] = frozenset()) -> Optional[str]:
+    """The form of ``choice`` (``sums``, ``threads``, ``parts``, ``conv_inputs``) shipped for this CPU and a network
+    of ``traits``, or None."""
+    kind, table = kind_table(this_cpu_kind())
+    by_trait = BY_TRAIT.get(kind, {}).get(choice, {})
+    return next((by_trait[t] for t in sorted(traits) if t in by_trait), table.get(choice))
+
+
+#: how ``multidev backends`` names each trait
+TRAIT_WORDS = {"attention": "attention", "depthwise": "depthwise convolutions"}
+
+
+def trait_note(choice: str) -> str:
+    """What ``multidev backends`` adds for a choice shipped otherwise for some networks ("" for none)."""
+    by_trait = BY_TRAIT.get(kind_table(this_cpu_kind())[0], {}).get(choice, {})
+    forms = {form: [TRAIT_WORDS[t] for t in sorted(by_trait) if by_trait[t] == form] for form in by_trait.values()}
+    return "".join(f" ({form} for networks with {' or '.join(words)})" for form, words in sorted(forms.items()))
