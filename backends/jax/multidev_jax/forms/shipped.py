@@ -7,8 +7,10 @@ less than a run's noise where they do not (the Zen 3's kept choices: one
 thread for 55 programs and every core for 32). So a run takes, for each
 choice, the form this table gives for its CPU kind (:func:`multidev.engines.cpu_kind.this_cpu_kind`),
 a kind never met the table of the nearest one of its vendor, and any other
-CPU each choice's unmeasured form. The same command then computes the same
-way on every machine of a kind, whether or not it ever measured.
+CPU each choice's unmeasured form; where a kind's forms differed by network,
+its ``BY_TRAIT`` gives them per trait (:func:`..forms.decided.network_traits`).
+The same command then computes the same way on every machine of a kind,
+whether or not it ever measured.
 
 ``MULTIDEV_JAX_FORMS=measure`` times each form on this CPU instead (per
 program, per BatchNorm shape), keeping the winners beside the compilation
