@@ -41,13 +41,11 @@ def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, 
     import os
 
     import multidev
-    from multidev.engine import plan_cpu_devices
     from multidev.engines.registry import engine_version
 
     spec = multidev.ModelSpec(model, (1, size, size), 10)
     engine = multidev.load_backend(backend)
-    plan_cpu_devices(engine, k)  # as a run tells it, before its first other call
-    devices = multidev.resolve_devices(devices=k, gpu_count=engine.gpu_count(), max_cpu=engine.max_cpu_devices())
+    devices = harness.run_devices(engine, k)
     reps = multidev.replicate(engine, multidev.Setup(spec, devices, rows=batch), spec.init(0))  # rows: as a run
     rng = np.random.default_rng(0)
     x = rng.normal(size=(batch, *spec.in_shape)).astype(np.float32)

@@ -105,12 +105,9 @@ def time_engine(options: dict[str, Any], k: int) -> tuple[float, float, str]:
     """(samples/s, compile s, forms) of the engine on ``k`` devices, its steps run as the training loop runs them:
     each step's sums read once the next step is queued."""
     import multidev
-    from multidev.engine import plan_cpu_devices
 
     engine = multidev.load_backend("jax")
-    plan_cpu_devices(engine, k)  # as a run tells it, before its first other call
-    devices = multidev.resolve_devices(gpus=k, gpu_count=engine.gpu_count()) if options["gpu"] else \
-        multidev.resolve_devices(devices=k, max_cpu=engine.max_cpu_devices())
+    devices = harness.run_devices(engine, k, options["gpu"])
     warm_up()
     x, y = synthetic_batch(options)
     spec = multidev.ModelSpec(options["model"], x.shape[1:], 10)

@@ -90,14 +90,11 @@ def time_engine(backend: str, onnx: Optional[str], batchnorm: str, name: str, si
     ``gpu``; a fresh process), its steps run as the training loop runs them."""
     harness.as_the_command()  # before any framework loads (a parent's setting stands)
     import multidev
-    from multidev.engine import Optimizer, plan_cpu_devices
+    from multidev.engine import Optimizer
     from multidev.engines.registry import engine_version
 
     engine = multidev.load_backend(backend)
-    if not gpu:
-        plan_cpu_devices(engine, k)  # as a run tells it, before its first other call
-    devices = multidev.resolve_devices(gpus=k if gpu else None, devices=None if gpu else k,
-                                       gpu_count=engine.gpu_count(), max_cpu=engine.max_cpu_devices())
+    devices = harness.run_devices(engine, k, gpu)
     if backend == "jax":
         from bench.jax_peers import warm_up
         warm_up()  # as the Flax and Keras processes do

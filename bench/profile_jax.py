@@ -51,14 +51,12 @@ def main() -> None:
     if args.dump:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={args.dump} --xla_dump_hlo_as_text"
     import multidev
-    from multidev.engine import plan_cpu_devices
 
     engine = multidev.load_backend("jax")
-    plan_cpu_devices(engine, args.devices)  # as a run does: its devices, at least one per core
+    devices = harness.run_devices(engine, args.devices)  # as a run does: its devices, at least one per core
     import jax
 
     spec = multidev.ModelSpec(args.model, (1, args.size, args.size), 10)
-    devices = multidev.resolve_devices(devices=args.devices, max_cpu=engine.max_cpu_devices())
     reps = multidev.replicate(engine, multidev.Setup(spec, devices, batchnorm=args.batchnorm), spec.init(0))
     rng = np.random.default_rng(0)
     x = rng.normal(size=(args.batch, *spec.in_shape)).astype(np.float32)
