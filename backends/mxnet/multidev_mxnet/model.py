@@ -101,7 +101,7 @@ def _gelu(F, layer, xs, shapes):
     (measured). So Phi is held fixed and the term x * phi(x) comes from
     phi(x)'s own gradient (phi' = -x phi): ``stop(phi) - phi`` is 0, with
     gradient x * phi(x). In float32, whose own rounding is that size, the
-    network takes the fused operator instead (:meth:`Network._node`): this
+    network takes the fused operator instead (:func:`_fused_gelu`): this
     composition's erf and exp were 12 of a ViT step's 103 ms (batch 32).
     """
     x = xs[0]
@@ -111,6 +111,14 @@ def _gelu(F, layer, xs, shapes):
     cdf = 0.5 * F.erf(x * float(1 / np.sqrt(2))) + 0.5
     pdf = F.exp(-0.5 * F.square(x)) * float(1 / np.sqrt(2 * np.pi))
     return x * F.stop_gradient(cdf) + (F.stop_gradient(pdf) - pdf)
+
+
+def _fused_gelu(F, layer, xs, shapes):
+    """float32's GELU: erf's form as MXNet's fused operator (within float32's rounding of it); the tanh form as
+    :func:`_gelu` writes it."""
+    if layer.approximate == "tanh":
+        return _gelu(F, layer, xs, shapes)
+    return F.LeakyReLU(xs[0], act_type="gelu")
 
 
 def _aligned(F, xs, shapes):
@@ -161,7 +169,8 @@ class Network(nn.HybridBlock):
 
     def __init__(self, spec: ModelSpec, sync: bool, exact: bool = False) -> None:
         super().__init__()
-        self.nodes, self.in_shape, self.exact = spec.graph.nodes, spec.in_shape, exact
+        self.nodes, self.in_shape = spec.graph.nodes, spec.in_shape
+        self.functions = _FUNCTIONS if exact else {**_FUNCTIONS, mnn.GELU: _fused_gelu}
         self.shapes = shapes = spec.graph.shapes(spec.in_shape)  # per sample, by node name
         self.flat = {n.name for n in self.nodes if len(shapes[n.inputs[0]]) == 1}  # nodes whose input is (N, F)
         self.dropouts = [name for name, _, _ in spec.dropouts()]
@@ -171,7 +180,7 @@ class Network(nn.HybridBlock):
                 block = _layer_block(node.layer, shapes[node.inputs[0]], sync)
                 if block is not None:
                     self.register_child(block, node.name)  # the structured name is the node's
-                elif type(node.layer) not in _FUNCTIONS and not isinstance(node.layer, mnn.Dropout):
+                elif type(node.layer) not in self.functions and not isinstance(node.layer, mnn.Dropout):
                     raise MultidevError(f"the mxnet engine has no {type(node.layer).__name__} (node {node.name!r})")
 
     def ones(self, rows: int, ctx, dtype) -> list:
@@ -193,10 +202,8 @@ class Network(nn.HybridBlock):
         if isinstance(layer, mnn.Dropout):  # DropPath's masks, one value per sample, broadcast over its values
             each = self.mask_shapes[self.dropouts.index(node.name)] == self.shapes[node.inputs[0]]  # one per value
             return xs[0] * masks[node.name] if each else F.broadcast_mul(xs[0], masks[node.name])
-        if isinstance(layer, mnn.GELU) and layer.approximate != "tanh" and not self.exact:
-            return F.LeakyReLU(xs[0], act_type="gelu")  # erf's form, fused, within float32's rounding
-        if type(layer) in _FUNCTIONS:
-            return _FUNCTIONS[type(layer)](F, layer, xs, [self.shapes[i] for i in node.inputs])
+        if type(layer) in self.functions:
+            return self.functions[type(layer)](F, layer, xs, [self.shapes[i] for i in node.inputs])
         block = self._children[node.name]
         if isinstance(layer, mnn.BatchNorm) and node.name in self.flat:  # features as (N, F, 1, 1) images
             return F.reshape(block(F.reshape(xs[0], shape=(0, 0, 1, 1))), shape=(0, 0))
