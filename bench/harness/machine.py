@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from multidev.engines.cpu_kind import cpu_kind, identity, processor
+from multidev.engines.cpu_kind import identity, processor, this_cpu_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the feature flags that change which kernels the frameworks run
@@ -55,7 +55,7 @@ def cpu() -> Cpu:
     """This machine's CPU, from the first processor of /proc/cpuinfo (the platform's name where unreadable)."""
     vendor, name, family, model, flags = identity()
     return Cpu(vendor, name, family, model, tuple(f for f in VECTOR_FLAGS if f in flags),
-               float(processor().get("cpu MHz", 0) or 0), usable_cores(), cpu_kind(vendor, name, family, model, flags))
+               float(processor().get("cpu MHz", 0) or 0), usable_cores(), this_cpu_kind())
 
 
 @lru_cache(maxsize=1)

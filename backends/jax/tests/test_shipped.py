@@ -34,7 +34,7 @@ def test_every_kind_met_ships_a_form_of_every_choice():
     from multidev_jax.forms import CHOICES as ALL
     from multidev_jax.forms.shipped import SHIPPED
 
-    files = {choice.filename.rsplit(".", 1)[0]: choice for choice in ALL.values()}
+    files = {choice.name: choice for choice in ALL.values()}
     assert set(files) == set(CHOICES)
     for kind, table in SHIPPED.items():
         assert set(table) == set(CHOICES), kind

@@ -24,4 +24,5 @@ from .threads import THREADS
 CHOICES: dict[str, Choice] = {"BatchNorm sums": SUMS, "threads": THREADS, "device parts": PARTS,
                               "convolution inputs": CONV_INPUTS}
 
-__all__ = ["CHOICES", "CONV_INPUTS", "PARTS", "SUMS", "THREADS", "Choice", "Forms", "decide", "network_traits", "settle"]
+__all__ = ["CHOICES", "CONV_INPUTS", "PARTS", "SUMS", "THREADS", "Choice", "Forms", "decide", "network_traits",
+           "settle"]

@@ -89,6 +89,11 @@ class Choice:
         self.unmeasured, self.in_job, self.when, self.labels = unmeasured, in_job, when, labels
         self.kept = Kept(filename, forms)  # this process's store: loaded from the file, and what it measured
 
+    @property
+    def name(self) -> str:
+        """The choice's name in the shipped table (:mod:`.shipped`): its file's, ``sums`` of ``sums.json``."""
+        return self.filename.rsplit(".", 1)[0]
+
     def pinned(self) -> Optional[str]:
         """The form the environment fixes, or None: measure (or take what was measured)."""
         return pinned_form(self.env, self.forms)
@@ -96,7 +101,7 @@ class Choice:
     def shipped(self, traits: frozenset[str] = frozenset()) -> str:
         """The form shipped for this CPU kind and a network of ``traits`` (:mod:`.shipped`), else
         :attr:`unmeasured`."""
-        return table.shipped(self.filename.rsplit(".", 1)[0], traits) or self.unmeasured
+        return table.shipped(self.name, traits) or self.unmeasured
 
     def chosen(self, key: str, measure: Callable[[], str], traits: frozenset[str] = frozenset()) -> str:
         """The kept form for ``key``, else ``measure()`` (which keeps its answer) where runs measure, else the
@@ -136,8 +141,8 @@ class Choice:
         if table.measuring():
             return self.kept.summary(self.when, self.env, self.labels)
         kind, _ = table.kind_table(table.this_cpu_kind())
-        note = (f"{self.label(self.shipped())}{table.trait_note(self.filename.rsplit('.', 1)[0])}, shipped for "
-                f"{kind} ({table.ENV}=measure times the forms on this CPU)")
+        note = (f"{self.label(self.shipped())}{table.trait_note(self.name)}, shipped for {kind} ({table.ENV}=measure "
+                f"times the forms on this CPU)")
         if any(self.kept.counts().values()):  # an earlier measuring run's choices, taken first where they hold
             note += f"; taken first where kept: {self.kept.summary(self.when, self.env, self.labels)}"
         return note
