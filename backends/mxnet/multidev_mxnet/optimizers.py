@@ -29,6 +29,7 @@ reads, so a resumed count is restored there too.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -39,6 +40,9 @@ from .runtime import mxnet
 mx = mxnet()
 
 nd = mx.nd
+
+#: weights per fused update call: Gluon's SGD default (MXNET_OPTIMIZER_AGGREGATION_SIZE)
+AGGREGATE = int(os.environ.get("MXNET_OPTIMIZER_AGGREGATION_SIZE", "4"))
 
 
 def _exact_sgd(weight, grad, buf, lr: float, wd: float, m: float, nesterov: bool, scale: float) -> None:
@@ -57,41 +61,78 @@ def _exact_sgd(weight, grad, buf, lr: float, wd: float, m: float, nesterov: bool
 class ContractSGD(mx.optimizer.Optimizer):
     """The contract's SGD with momentum: g = grad + wd w; b = m b + g; w -= lr (g + m b if nesterov else b).
 
-    float32 weights: MXNet's fused kernels, 1 to 3 passes over the weights
-    (ndarray arithmetic took 6 to 8, 2.3x the time): ``sgd_mom_update`` at
-    lr = -1 is exactly b = m b + grad + wd w, and ``sgd_update`` (w = (1 - lr
-    wd) w - lr g) then moves the weights. Their hyperparameters are 32-bit
-    floats, 3e-8 off the rate's value: inside float32's reach, but in float64
+    float32 weights with momentum: one pass of MXNet's fused kernel, several
+    weights a call as Gluon's own SGD updates them (``aggregate_num``). The
+    kernel's buffer holds the rate (mom = m mom - lr (grad + wd w); w += mom),
+    so each buffer here holds c b, its scale c kept beside it (1 when fresh
+    or loaded), and an update passes the momentum m (-lr) / c: then mom =
+    -lr (m b + grad + wd w), the contract's new buffer at this update's rate,
+    whatever the rate was before. A rate of 0 moves no weight: the buffer
+    takes its step at its own scale, the kernel's weights going to a scratch
+    array. Two kernels a weight (b, then w) took twice the time, and ndarray
+    arithmetic 2.3x that. The kernels' hyperparameters are 32-bit floats,
+    3e-8 off the rate's value: inside float32's reach, but in float64
     training amplifies the offset (to 5e-2 over an epoch of ResNet-18 on
     digits). So float64 weights take the formula in ndarray arithmetic, whose
-    scalars are float64, in torch's order of operations.
+    scalars are float64, in torch's order of operations; Nesterov's takes
+    the kernels with an unscaled buffer.
     """
 
     def __init__(self, momentum: float = 0.0, nesterov: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
         self.momentum, self.nesterov = momentum, nesterov
+        self.aggregate_num = AGGREGATE
+        self.scales: dict = {}  # (index, context) -> c where that buffer holds c b; absent: 1
 
     def create_state(self, index, weight):
         if not self.momentum:
             return None
         return nd.zeros(weight.shape, weight.context, dtype=weight.dtype)
 
+    def buffers(self, index, state) -> tuple:
+        """The state's slots as the contract keeps them (b, not the kernel's c b)."""
+        held = slots(state)
+        scale = self.scales.get((index, held[0].context), 1.0) if held else 1.0
+        return held if scale == 1.0 else (held[0] / scale,)
+
     def update(self, index, weight, grad, state):
-        self._update_count(index)
-        lr, wd, m, scale = self._get_lr(index), self._get_wd(index), self.momentum, self.rescale_grad
-        if weight.dtype != np.float32:
-            _exact_sgd(weight, grad, state, lr, wd, m, self.nesterov, scale)
+        many = isinstance(index, (list, tuple))  # a group of ``aggregate_num``, one dtype, from Gluon's Updater
+        indices, weights, grads, states = (index, weight, grad, state) if many else ([index], [weight], [grad],
+                                                                                    [state])
+        self._update_count(indices)
+        lrs, wds, scale = self._get_lrs(indices), self._get_wds(indices), self.rescale_grad
+        if weights[0].dtype == np.float32 and self.momentum and not self.nesterov:
+            self._fused(indices, weights, grads, states, lrs, wds)
             return
-        if not m:
-            nd.sgd_update(weight, grad, lr=lr, wd=wd, rescale_grad=scale, out=weight)
-            return
-        unused = nd.empty(weight.shape, weight.context, dtype=weight.dtype)  # the kernel's w + mom
-        nd.sgd_mom_update(weight, grad, state, lr=-1.0, wd=wd, momentum=m, rescale_grad=scale, out=unused)
-        if self.nesterov:  # w -= lr (grad + wd w), then lr m b: the old weights' decay, the new momentum
-            nd.sgd_update(weight, grad, lr=lr, wd=wd, rescale_grad=scale, out=weight)
-            nd.sgd_update(weight, state, lr=lr * m, out=weight)
-        else:
-            nd.sgd_update(weight, state, lr=lr, out=weight)
+        for w, g, b, lr, wd in zip(weights, grads, states, lrs, wds):
+            if w.dtype != np.float32:
+                _exact_sgd(w, g, b, lr, wd, self.momentum, self.nesterov, scale)
+            elif not self.momentum:
+                nd.sgd_update(w, g, lr=lr, wd=wd, rescale_grad=scale, out=w)
+            else:  # Nesterov: b = m b + grad + wd w (the kernel at lr -1); w -= lr (grad + wd w), then lr m b
+                nd.sgd_mom_update(w, g, b, lr=-1.0, wd=wd, momentum=self.momentum, rescale_grad=scale,
+                                  out=nd.empty(w.shape, w.context, dtype=w.dtype))
+                nd.sgd_update(w, g, lr=lr, wd=wd, rescale_grad=scale, out=w)
+                nd.sgd_update(w, b, lr=lr * self.momentum, out=w)
+
+    def _fused(self, indices, weights, grads, states, lrs, wds) -> None:
+        """One kernel call per momentum that the weights' scales and rates give (one, unless a weight's rate or
+        scale differs from the rest)."""
+        m, keys = self.momentum, [(i, w.context) for i, w in zip(indices, weights)]
+        groups: dict[float, list[int]] = {}
+        for j, (key, lr) in enumerate(zip(keys, lrs)):
+            scale = self.scales.get(key, 1.0)
+            if not lr:  # the buffer's step at its own scale; the weight stays
+                nd.sgd_mom_update(weights[j], grads[j], states[j], lr=-scale, wd=wds[j], momentum=m,
+                                  rescale_grad=self.rescale_grad, out=nd.empty(weights[j].shape, weights[j].context,
+                                                                 dtype=weights[j].dtype))
+                continue
+            groups.setdefault(m * -lr / scale, []).append(j)
+        for momentum, js in groups.items():
+            nd.multi_sgd_mom_update(*[a for j in js for a in (weights[j], grads[j], states[j])],
+                                    out=[weights[j] for j in js], num_weights=len(js), lrs=[lrs[j] for j in js],
+                                    wds=[wds[j] for j in js], momentum=momentum, rescale_grad=self.rescale_grad)
+            self.scales.update((keys[j], -lrs[j]) for j in js)
 
 
 @mx.optimizer.register
@@ -168,15 +209,23 @@ def read_state(trainer: mx.gluon.Trainer, optimizer: Optimizer, names: list[str]
     state: State = {STEP: np.array(trainer.optimizer.num_update, np.int64)}  # every index, every context alike
     held = holders(trainer)[0].states
     for index, (name, param) in enumerate(zip(names, trainer._params)):
-        arrays = slots(held.get(index))
+        arrays = buffers(trainer.optimizer, index, held.get(index))
         for j, slot in enumerate(optimizer.slots):
             value = arrays[j].asnumpy() if arrays else np.zeros(param.shape)
             state[slot_name(slot, name)] = value.astype(dtype, copy=False)
     return state
 
 
+def buffers(opt: mx.optimizer.Optimizer, index, state) -> tuple:
+    """An updater's state as the contract's slots, in slot order (see :meth:`ContractSGD.buffers`)."""
+    return opt.buffers(index, state) if isinstance(opt, ContractSGD) else slots(state)
+
+
 def resume_count(opt: mx.optimizer.Optimizer, step: int) -> None:
-    """MXNet's update counts (per index and context) start afresh from ``step``: the next update is step + 1."""
+    """MXNet's update counts (per index and context) start afresh from ``step``: the next update is step + 1;
+    the states about to be loaded are the contract's own (unscaled)."""
+    if isinstance(opt, ContractSGD):
+        opt.scales.clear()
     opt.begin_num_update = opt.num_update = step
     opt._all_index_update_counts = {0: {}}
     opt._index_update_count = opt._all_index_update_counts[0]
