@@ -20,6 +20,8 @@ operators cannot take alone, as the torch engine's module of that name),
 products and softmax along any axis), ``tokens`` (a transformer's class
 token, position embedding and attention as Gluon blocks),
 ``runtime`` (loading MXNet on first use, and its thread count),
+``transfers`` (large copies to and from NumPy as MXNet's operators, which
+keep OpenMP off the calling thread),
 ``serve`` (``python -m multidev_mxnet.serve``: the job's scheduler or a
 server of its kvstore) and ``bf16_support`` (whether this CPU's oneDNN computes
 bfloat16, read from its flags without loading MXNet).

@@ -47,6 +47,7 @@ from multidev.engine import (STEP, DeviceShard, MultidevError, Placed, ReplicaSt
                              check_state, first_line, labels, predictions, run_lockstep, statistic_sources)
 
 from . import distributed, optimizers, sharding
+from .transfers import copy_into, to_device, to_host
 from .batchnorm import StatsExchange
 from .devices import kvstore_type, mx_context
 from .model import batchnorms, bfloat16, build, canonical_params, hybridize, trace
@@ -156,7 +157,7 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
     # Shard -----------------------------------------------------------------
     def place(self, shards: Shards) -> Batch:
         masks = self._masks(shards)  # before any copy: a batch that lacks masks is refused whole
-        return Placed([Shard(nd.array(xi, ctx=ctx, dtype=self.dtype) if len(xi) else None,
+        return Placed([Shard(to_device(xi, ctx, self.dtype) if len(xi) else None,
                              nd.array(yi, ctx=ctx, dtype=self.dtype) if yi is not None and len(yi) else None, len(xi),
                              masks[i])
                        for i, (xi, yi, ctx) in enumerate(zip(shards.x, labels(shards), self.contexts))], shards)
@@ -169,11 +170,11 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
         if lacking:
             raise MultidevError(f"the batch's Dropout masks lack node(s) {', '.join(lacking)}: give every Dropout "
                                 f"node's masks (multidev.rules.dropout.shard_masks)")
-        return [tuple(nd.array(shards.masks[name][i], ctx=ctx, dtype=self.dtype) for name in self.net.dropouts)
+        return [tuple(to_device(shards.masks[name][i], ctx, self.dtype) for name in self.net.dropouts)
                 if len(xi) else None for i, (xi, ctx) in enumerate(zip(shards.x, self.contexts))]
 
     def shards(self, batch: list[Shard]) -> list[np.ndarray]:
-        return [s.x.asnumpy() if s.x is not None else np.zeros((0, *self.spec.in_shape), self.dtype) for s in batch]
+        return [to_host(s.x) if s.x is not None else np.zeros((0, *self.spec.in_shape), self.dtype) for s in batch]
 
     # Forward / backward ----------------------------------------------------
     def _shard_forward(self, shard: Shard, total: int) -> ShardOutput:
@@ -256,7 +257,7 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
             size = per_context[0].size
             mine = per_context[0] if len(per_context) == 1 else nd.add_n(*[g.as_in_context(per_context[0].context)
                                                                          for g in per_context])
-            slot[start:start + size] = mine.reshape((-1,))
+            copy_into(mine.reshape((-1,)), slot[start:start + size])
             start += size
         slot.wait_to_read()
         shared.sum()
@@ -264,7 +265,7 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
         for per_context in arrays:
             size = per_context[0].size
             for g in per_context:
-                total[start:start + size].reshape(g.shape).copyto(g)
+                copy_into(total[start:start + size].reshape(g.shape), g)
             start += size
         for per_context in arrays:
             for g in per_context:
@@ -348,7 +349,7 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
             if self._reducer is None:  # the stepping Trainer updates on the kvstore, so it cannot only reduce
                 self._reducer = self._trainer(update_on_kvstore=False)
             self._reducer.allreduce_grads()
-        grads = {name: self._params[name].grad(self.contexts[0]).asnumpy() for name in self.spec.trainable()}
+        grads = {name: to_host(self._params[name].grad(self.contexts[0])) for name in self.spec.trainable()}
         self._restore(saved)
         self._zero_grads()
         for param, copies in zip(self._trainable, held or []):  # micro-batches of an update under way
@@ -396,9 +397,9 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
         ctx = self.contexts[device]
         if self._shard is not None:
             whole = self._shard.whole_parameters(device)
-            return {p.name: whole[p.name] if p.name in whole else self._params[p.name].data(ctx).asnumpy()
+            return {p.name: whole[p.name] if p.name in whole else to_host(self._params[p.name].data(ctx))
                     for p in self.spec.params()}
-        return {p.name: self._params[p.name].data(ctx).asnumpy() for p in self.spec.params()}
+        return {p.name: to_host(self._params[p.name].data(ctx)) for p in self.spec.params()}
 
     def held_bytes(self) -> list[dict[str, int]]:
         """Per device, the bytes of the trainable parameters and of the optimizer state it keeps between updates."""
@@ -408,13 +409,13 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
         self.spec.check(state)
         if self._shard is not None:  # no Trainer: the devices' updaters keep the optimizer's state
             for name, param in zip(self.spec.statistics(), self._statistics):
-                param.set_data(nd.array(np.asarray(state[name], self.dtype), ctx=self.contexts[0], dtype=self.dtype))
+                param.set_data(to_device(np.asarray(state[name]), self.contexts[0], self.dtype))
             self._shard.load(state)
             self.trainer, self._reducer = None, None
             return
         carried = self.optimizer_state() if self.trainer is not None else None
         for name, param in self._params.items():
-            param.set_data(nd.array(np.asarray(state[name], self.dtype), ctx=self.contexts[0], dtype=self.dtype))
+            param.set_data(to_device(np.asarray(state[name]), self.contexts[0], self.dtype))
         # Fresh Trainers: a kvstore keeps its own copy of the weights, taken when it starts; the optimizer's
         # state carries over, as the weights' own do not depend on it.
         self.trainer, self._reducer = (self._trainer() if self._trainable else None), None
