@@ -36,6 +36,7 @@ import numpy as np
 from multidev.engine import STEP, Optimizer, State, slot_name
 
 from .runtime import mxnet
+from .transfers import to_host, write
 
 mx = mxnet()
 
@@ -211,7 +212,7 @@ def read_state(trainer: mx.gluon.Trainer, optimizer: Optimizer, names: list[str]
     for index, (name, param) in enumerate(zip(names, trainer._params)):
         arrays = buffers(trainer.optimizer, index, held.get(index))
         for j, slot in enumerate(optimizer.slots):
-            value = arrays[j].asnumpy() if arrays else np.zeros(param.shape)
+            value = to_host(arrays[j]) if arrays else np.zeros(param.shape)
             state[slot_name(slot, name)] = value.astype(dtype, copy=False)
     return state
 
@@ -243,6 +244,6 @@ def write_state(trainer: mx.gluon.Trainer, optimizer: Optimizer, names: list[str
         for index, (name, param) in enumerate(zip(names, trainer._params)):
             created = opt.create_state_multi_precision(index, param.data(trainer._contexts[0]))
             for array, slot in zip(slots(created), optimizer.slots):
-                array[:] = nd.array(np.asarray(state[slot_name(slot, name)]), ctx=array.context, dtype=array.dtype)
+                write(array, state[slot_name(slot, name)])
             # moved to the updater's weights (a context, or the kvstore's) on its first update
             updater.states[index], updater.states_synced[index] = created, False

@@ -47,11 +47,11 @@ from multidev.engine import (STEP, DeviceShard, MultidevError, Placed, ReplicaSt
                              check_state, first_line, labels, predictions, run_lockstep, statistic_sources)
 
 from . import distributed, optimizers, sharding
-from .transfers import copy_into, to_device, to_host
 from .batchnorm import StatsExchange
 from .devices import kvstore_type, mx_context
 from .model import batchnorms, bfloat16, build, canonical_params, hybridize, trace
 from .runtime import mxnet
+from .transfers import copy_into, to_device, to_host
 
 mx = mxnet()
 

@@ -40,6 +40,7 @@ from multidev.engine import STEP, State, slot_name
 from . import optimizers
 from .devices import kvstore_type
 from .runtime import mxnet
+from .transfers import to_device, to_host, write
 
 #: parallel's MXNetReplicas and its Batch (not imported: parallel imports this module)
 Replicas = Batch = Any
@@ -132,7 +133,7 @@ class Sharded:
                 if b > a:
                     part = rows(i, j)
                     whole[a:b] = part.as_in_context(first) if isinstance(part, nd.NDArray) else \
-                        nd.array(part, ctx=first, dtype=self.dtype)
+                        to_device(part, first, self.dtype)
             wholes.append([whole])
         self.reps.sum_processes(wholes)
         return [whole for whole, in wholes]
@@ -189,8 +190,8 @@ class Sharded:
         first = self.contexts[0]
         if self.processes:
             self.reps._allreduce_processes()
-            return {name: param.grad(first).asnumpy() for name, param in zip(self.names, self.params)}
-        return {name: reduce_sum([g.as_in_context(first) for g in param.list_grad()], self.local).asnumpy()
+            return {name: to_host(param.grad(first)) for name, param in zip(self.names, self.params)}
+        return {name: to_host(reduce_sum([g.as_in_context(first) for g in param.list_grad()], self.local))
                 for name, param in zip(self.names, self.params)}
 
     def gradients(self, batch: Batch) -> State:
@@ -216,21 +217,21 @@ class Sharded:
             whole = np.asarray(state[name], self.dtype)
             if self.released:
                 for i, (a, b) in enumerate(self.ranges[j]):
-                    self.rows[i][j] = nd.array(whole[a:b], ctx=self.contexts[i], dtype=self.dtype) if b > a else None
+                    self.rows[i][j] = to_device(whole[a:b], self.contexts[i], self.dtype) if b > a else None
                 param._data = [self.rows[i][j] for i in range(len(self.contexts))]
             else:
-                param._data = [nd.array(whole, ctx=ctx, dtype=self.dtype) for ctx in self.contexts]
+                param._data = [to_device(whole, ctx, self.dtype) for ctx in self.contexts]
         self.gathered, self.marked = not self.released, False
 
     def whole_parameters(self, device: int) -> State:
         """Device ``device``'s trainable parameters, whole and canonical, on the host (gathered from the rows)."""
         if not self.released:
             ctx = self.contexts[device]
-            return {name: p.data(ctx).asnumpy() for name, p in zip(self.names, self.params)}
+            return {name: to_host(p.data(ctx)) for name, p in zip(self.names, self.params)}
         if self.processes:  # a collective: every rank reads its state at the same moment
             wholes = self._assembled(lambda i, j: self.rows[i][j])
-            return {name: whole.asnumpy() for name, whole in zip(self.names, wholes)}
-        return {name: np.concatenate([rows[j].asnumpy() for rows in self.rows if rows[j] is not None], axis=0)
+            return {name: to_host(whole) for name, whole in zip(self.names, wholes)}
+        return {name: np.concatenate([to_host(rows[j]) for rows in self.rows if rows[j] is not None], axis=0)
                 for j, name in enumerate(self.names)}
 
     def optimizer_state(self) -> State:
@@ -241,7 +242,7 @@ class Sharded:
                     for i, (a, b) in enumerate(ranges) if b > a}
             for s, slot in enumerate(self.reps.setup.optimizer.slots):
                 wholes = self._assembled(lambda i, j, s=s: held[i, j][s])
-                state.update({slot_name(slot, name): whole.asnumpy() for name, whole in zip(self.names, wholes)})
+                state.update({slot_name(slot, name): to_host(whole) for name, whole in zip(self.names, wholes)})
             return state
         for j, (name, param) in enumerate(zip(self.names, self.params)):
             parts = [self._slots(i, j) for i, (a, b) in enumerate(self.ranges[j]) if b > a]
@@ -254,7 +255,7 @@ class Sharded:
         a, b = self.ranges[j][i]
         held = optimizers.buffers(self.optimizer, j, self.updaters[i].states.get(j))
         shape = (b - a, *self.params[j].shape[1:])
-        return [s.asnumpy().astype(self.dtype, copy=False) if held else np.zeros(shape, self.dtype)
+        return [to_host(s).astype(self.dtype, copy=False) if held else np.zeros(shape, self.dtype)
                 for s in held or self.reps.setup.optimizer.slots]
 
     def load_optimizer_state(self, state: State) -> None:
@@ -272,7 +273,7 @@ class Sharded:
                 like = nd.zeros((b - a, *param.shape[1:]), ctx, dtype=self.dtype)
                 created = self.optimizer.create_state_multi_precision(j, like)
                 for array, slot in zip(optimizers.slots(created), self.reps.setup.optimizer.slots):
-                    array[:] = nd.array(np.asarray(state[slot_name(slot, name)])[a:b], ctx=ctx, dtype=array.dtype)
+                    write(array, np.asarray(state[slot_name(slot, name)])[a:b])
                 updater.states[j], updater.states_synced[j] = created, True
 
     def held_bytes(self) -> list[dict[str, int]]:
