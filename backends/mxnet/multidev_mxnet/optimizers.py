@@ -46,6 +46,11 @@ nd = mx.nd
 AGGREGATE = int(os.environ.get("MXNET_OPTIMIZER_AGGREGATION_SIZE", "4"))
 
 
+def _scratch(weight):
+    """Where the momentum kernel writes weights that are not to move (its w + mom): an array of ``weight``'s kind."""
+    return nd.empty(weight.shape, weight.context, dtype=weight.dtype)
+
+
 def _exact_sgd(weight, grad, buf, lr: float, wd: float, m: float, nesterov: bool, scale: float) -> None:
     """The contract's SGD in the weights' own precision: every rate a Python float, as torch applies it."""
     g = grad * scale if scale != 1 else grad.copy()
@@ -111,8 +116,7 @@ class ContractSGD(mx.optimizer.Optimizer):
             elif not self.momentum:
                 nd.sgd_update(w, g, lr=lr, wd=wd, rescale_grad=scale, out=w)
             else:  # Nesterov: b = m b + grad + wd w (the kernel at lr -1); w -= lr (grad + wd w), then lr m b
-                nd.sgd_mom_update(w, g, b, lr=-1.0, wd=wd, momentum=self.momentum, rescale_grad=scale,
-                                  out=nd.empty(w.shape, w.context, dtype=w.dtype))
+                nd.sgd_mom_update(w, g, b, lr=-1.0, wd=wd, momentum=self.momentum, rescale_grad=scale, out=_scratch(w))
                 nd.sgd_update(w, g, lr=lr, wd=wd, rescale_grad=scale, out=w)
                 nd.sgd_update(w, b, lr=lr * self.momentum, out=w)
 
@@ -125,8 +129,7 @@ class ContractSGD(mx.optimizer.Optimizer):
             scale = self.scales.get(key, 1.0)
             if not lr:  # the buffer's step at its own scale; the weight stays
                 nd.sgd_mom_update(weights[j], grads[j], states[j], lr=-scale, wd=wds[j], momentum=m,
-                                  rescale_grad=self.rescale_grad, out=nd.empty(weights[j].shape, weights[j].context,
-                                                                 dtype=weights[j].dtype))
+                                  rescale_grad=self.rescale_grad, out=_scratch(weights[j]))
                 continue
             groups.setdefault(m * -lr / scale, []).append(j)
         for momentum, js in groups.items():

@@ -38,21 +38,25 @@ def _by_operator(ctx: mx.Context, size: int) -> bool:
     return size >= PARALLEL_SIZE and ctx == mx.cpu(0)
 
 
+def _wrapped(x: np.ndarray, dtype: np.dtype) -> mx.nd.NDArray:
+    """A copy of ``x`` in ``dtype`` that MXNet reads in place: its own, so nobody writes it while MXNet reads it."""
+    return nd.from_numpy(np.array(x, dtype=dtype, order="C"), zero_copy=True)
+
+
 def to_device(x: np.ndarray, ctx: mx.Context, dtype: np.dtype) -> mx.nd.NDArray:
     """A new NDArray on ``ctx`` holding ``x`` in ``dtype``."""
     if not _by_operator(ctx, x.size):
         return nd.array(x, ctx=ctx, dtype=dtype)
-    host = np.array(x, dtype=dtype, order="C")  # a copy of its own: nobody writes it while MXNet reads it
-    return nd.identity(nd.from_numpy(host, zero_copy=True))
+    return nd.identity(_wrapped(x, dtype))
 
 
 def write(dest: mx.nd.NDArray, x: np.ndarray) -> None:
     """``dest``'s values become ``x``'s (of its shape), queued on ``dest``'s context."""
-    if not _by_operator(dest.context, dest.size):
-        dest[:] = nd.array(np.asarray(x).reshape(dest.shape), ctx=dest.context, dtype=dest.dtype)
-        return
-    host = np.array(np.asarray(x).reshape(dest.shape), dtype=dest.dtype, order="C")
-    nd.identity(nd.from_numpy(host, zero_copy=True), out=dest)
+    value = np.asarray(x).reshape(dest.shape)
+    if _by_operator(dest.context, dest.size):
+        nd.identity(_wrapped(value, dest.dtype), out=dest)
+    else:
+        dest[:] = nd.array(value, ctx=dest.context, dtype=dest.dtype)
 
 
 def copy_into(source: mx.nd.NDArray, dest: mx.nd.NDArray) -> None:
