@@ -30,14 +30,14 @@ Why the replicated run's numbers come out:
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, cast
+from typing import TYPE_CHECKING, Iterator, cast
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
-from torch.distributed.tensor import DTensor
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
 
 from multidev.engine import STEP, MultidevError, Setup, State, slot_name
 
@@ -60,11 +60,15 @@ def applies(setup: Setup, model: torch.nn.Module, layout: torch.memory_format, c
 
 def _local(value: torch.Tensor) -> torch.Tensor:
     """This process's rows of a DTensor (the tensor itself where it is not one), to write in place."""
+    from torch.distributed.tensor import DTensor
+
     return value.to_local() if isinstance(value, DTensor) else value
 
 
 def _whole(value: torch.Tensor) -> np.ndarray:
     """A canonical host array of a DTensor's whole (an all-gather: every process calls it at the same moment)."""
+    from torch.distributed.tensor import DTensor
+
     with torch.no_grad(), peers():
         full = value.full_tensor() if isinstance(value, DTensor) else value
         return full.detach().cpu().numpy().copy()
@@ -74,11 +78,14 @@ class FullyShard:
     """One process's model under FSDP2, the optimizer over its shards, and their state in canonical names."""
 
     def __init__(self, setup: Setup, model: torch.nn.Module) -> None:
+        from torch.distributed.device_mesh import DeviceMesh
+        from torch.distributed.fsdp import fully_shard  # here: its import costs every run's start half a second
+
         self.setup, self.level = setup, setup.shard
         self.order = list(model.state_dict())  # canonical names, in the replicated run's order
         mesh = DeviceMesh.from_group(dist.group.WORLD, "cpu")
         fully_shard(model, mesh=mesh, reshard_after_forward=self.level == "parameters")
-        self.model = cast(FSDPModule, model)
+        self.model = cast("FSDPModule", model)
         self.model.set_gradient_divide_factor(1.0)  # sums: each process's loss is over the whole batch already
         self.model.set_force_sum_reduction_for_comms(True)  # ReduceOp.SUM (gloo has no PREMUL_SUM), no scaling
         #: name -> the DTensor shard FSDP2 made of it (the optimizer's parameters; the module holds them between
