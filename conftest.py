@@ -66,6 +66,9 @@ def pytest_xdist_auto_num_workers(config):
 
 
 # Compiled programs go to a folder of this test run (workers and subprocesses inherit it), not the user's cache.
+# The JAX engine's steps kept whole are not loaded: tests change what a program is built from (a pin, a kept
+# choice, a patched function) under one key; backends/jax/tests/test_kept_steps.py switches them on.
+os.environ.setdefault("MULTIDEV_JAX_KEPT_STEPS", "off")
 if not os.environ.get("MULTIDEV_COMPILE_CACHE"):
     os.environ["MULTIDEV_COMPILE_CACHE"] = tempfile.mkdtemp(prefix="multidev-test-compile-cache-")
     atexit.register(shutil.rmtree, os.environ["MULTIDEV_COMPILE_CACHE"], True)

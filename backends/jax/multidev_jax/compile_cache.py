@@ -30,7 +30,9 @@ from multidev.engine import cache_home, cpu_tag
 ENV = "MULTIDEV_COMPILE_CACHE"
 OFF = ("0", "off", "false", "no")
 _HIT = "/jax/compilation_cache/cache_hits"
+_MISS = "/jax/compilation_cache/cache_misses"  # XLA compiled, and the executable was written to the cache
 _hits = [0]
+_misses = [0]
 _note: list[str] = []
 _folder: list[Path] = []
 
@@ -38,11 +40,18 @@ _folder: list[Path] = []
 def _count(event: str, **_: object) -> None:
     if event == _HIT:
         _hits[0] += 1
+    elif event == _MISS:
+        _misses[0] += 1
 
 
 def hits() -> int:
     """Executables this process loaded from the persistent cache so far."""
     return _hits[0]
+
+
+def misses() -> int:
+    """Executables XLA compiled in this process so far (each written to the cache)."""
+    return _misses[0]
 
 
 def default_folder() -> Path:

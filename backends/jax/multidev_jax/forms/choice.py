@@ -16,8 +16,9 @@ its process only. :meth:`Choice.note` is what ``multidev backends`` says.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Optional
+from typing import Callable, Iterable, Iterator, Mapping, Optional
 
 import jax
 
@@ -29,6 +30,10 @@ from . import shipped as table
 #: rank 0 reaches the same step's compilation at about the same time, and may measure a BatchNorm shape first (a
 #: few seconds each for ResNet-18's): 5 minutes, as long as JAX's runtime waits for a missing peer
 AGREE_WAIT_MS = 300_000
+
+#: a decision as :meth:`Choice.chosen` made it: (the choice's name, its key, the network's traits, the form)
+Decision = tuple[str, str, tuple[str, ...], str]
+_recordings: list[list[Decision]] = []  # the recordings open (:func:`recording`)
 
 
 class Kept(KeptChoices):
@@ -107,9 +112,15 @@ class Choice:
         """The kept form for ``key``, else ``measure()`` (which keeps its answer) where runs measure, else the
         shipped one (nothing timed)."""
         kept = self.kept.get(key)
-        if kept is not None:
-            return kept
-        return measure() if table.measuring() else self.shipped(traits)
+        form = kept if kept is not None else measure() if table.measuring() else self.shipped(traits)
+        for decisions in _recordings:
+            decisions.append((self.name, key, tuple(sorted(traits)), form))
+        return form
+
+    def still(self, key: str, traits: Iterable[str], form: str) -> bool:
+        """Whether :meth:`chosen` would take ``form`` for ``key`` now, without measuring anything."""
+        kept = self.kept.get(key)
+        return kept == form if kept is not None else not table.measuring() and self.shipped(frozenset(traits)) == form
 
     def fastest(self, key: str, timers: Mapping[str, Callable[[], float]],
                 traits: frozenset[str] = frozenset()) -> str:
@@ -149,3 +160,15 @@ class Choice:
 
     def label(self, form: str) -> str:
         return self.labels[form] if self.labels and form in self.labels else form
+
+
+@contextmanager
+def recording() -> Iterator[list[Decision]]:
+    """The decisions every choice makes inside the block (a step's trace and compilation: what its program rests
+    on besides its key)."""
+    decisions: list[Decision] = []
+    _recordings.append(decisions)
+    try:
+        yield decisions
+    finally:
+        _recordings.remove(decisions)

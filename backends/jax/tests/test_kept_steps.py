@@ -1,0 +1,115 @@
+"""Steps kept whole on disk: a later run loads them untraced, with the same answers, and only where they still hold."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+import multidev  # noqa: E402
+from multidev.engine import ModelSpec, Optimizer  # noqa: E402
+from multidev.testing import assert_states_equal, batch  # noqa: E402
+
+
+def spec(width: int) -> ModelSpec:
+    """A model of a shape no other test compiles (each test its own): XLA compiles its steps here, JAX's cache
+    (shared by the suite's processes) never hands them back."""
+    return ModelSpec("mlp", (1, 3, width), 7)
+
+
+@pytest.fixture
+def kept(monkeypatch, tmp_path):
+    """The store switched on in a folder of this test's own, nothing compiled in this process; counts what it
+    loaded, what it kept and what was traced."""
+    from multidev_jax import compiled, kept_steps
+
+    monkeypatch.delenv(kept_steps.ENV, raising=False)
+    monkeypatch.setattr(kept_steps.compile_cache, "folder", lambda: tmp_path)  # the kept forms' files too
+    monkeypatch.setattr(compiled, "_CACHE", {})
+    counts = {"loaded": 0, "kept": 0, "traced": 0}
+
+    def counting(name, real):
+        def wrapper(*args, **kwargs):
+            out = real(*args, **kwargs)
+            counts[name] += out is not None if name == "loaded" else 1
+            return out
+        monkeypatch.setattr(kept_steps if name != "traced" else compiled.Compiler, real.__name__, wrapper)
+    counting("loaded", kept_steps.load)
+    counting("kept", kept_steps.save)
+    counting("traced", compiled.Compiler._compile)
+    return counts
+
+
+def _run(spec: ModelSpec, momentum: float = 0.9, new_process: bool = True):
+    import jax
+
+    from multidev_jax import compiled
+
+    compiled._CACHE.clear()  # as a new replica set: no step compiled yet
+    if new_process:  # and JAX's programs gone too
+        jax.clear_caches()
+    engine = multidev.load_backend("jax")
+    devices = multidev.resolve_devices(devices=2, max_cpu=8)
+    setup = multidev.Setup(spec, devices, optimizer=Optimizer("sgd", momentum=momentum))
+    reps = multidev.replicate(engine, setup, spec.init(0))
+    for step in range(2):
+        x, y = batch(spec, 10, seed=step)
+        reps.train_step(reps.place(multidev.cut(x, y, multidev.shard_sizes(10, 2))), 0.1)
+    x, y = batch(spec, 10, seed=9)
+    return reps.state(), reps.evaluate(reps.place(multidev.cut(x, y, multidev.shard_sizes(10, 2)))).loss_sum
+
+
+def test_a_later_run_loads_its_steps_untraced_with_the_same_answers(kept, tmp_path):
+    first, first_loss = _run(spec(11))
+    assert kept == {"loaded": 0, "kept": 2, "traced": 2}, kept  # the train and evaluation steps
+    assert len(list(tmp_path.glob("steps/*.pkl"))) == 2
+    second, second_loss = _run(spec(11))
+    assert kept == {"loaded": 2, "kept": 2, "traced": 2}, kept  # nothing traced again
+    assert_states_equal([first, second], promise="a kept step computes what the traced one did")
+    assert second_loss == first_loss
+
+
+def test_another_optimizer_is_another_step(kept):
+    _run(spec(12), momentum=0.9)
+    _run(spec(12), momentum=0.5)  # the same shapes: only the key tells the train steps apart
+    assert kept["loaded"] == 0 and kept["traced"] == 4, kept
+
+
+def test_a_step_whose_measured_form_would_now_be_another_is_traced_again(kept, tmp_path):
+    from multidev_jax.forms import THREADS
+
+    _run(spec(13))
+    # a form decided while the step was traced (as the BatchNorm sums or XLA's threads are, where measured)
+    held = [form for form in THREADS.forms if THREADS.still("a program", (), form)]
+    other = next(form for form in THREADS.forms if form not in held)
+    for path in tmp_path.glob("steps/*.pkl"):
+        saved = pickle.loads(path.read_bytes())
+        saved["decisions"] = [("threads", "a program", (), other)]
+        path.write_bytes(pickle.dumps(saved))
+    _run(spec(13))
+    assert kept["loaded"] == 0 and kept["traced"] == 4, kept
+    if held:  # the same decision, written as it holds, is loaded
+        for path in tmp_path.glob("steps/*.pkl"):
+            saved = pickle.loads(path.read_bytes())
+            saved["decisions"] = [("threads", "a program", (), held[0])]
+            path.write_bytes(pickle.dumps(saved))
+        _run(spec(13))
+        assert kept["loaded"] == 2, kept
+
+
+def test_only_steps_xla_compiled_here_are_kept_and_the_store_can_be_switched_off(kept, tmp_path, monkeypatch):
+    from multidev_jax import kept_steps
+
+    monkeypatch.setenv(kept_steps.ENV, "off")
+    _run(spec(14))  # compiled by XLA and written to JAX's cache, but not kept: the store is off
+    assert kept == {"loaded": 0, "kept": 0, "traced": 2} and not list(tmp_path.glob("steps/*.pkl")), kept
+    monkeypatch.delenv(kept_steps.ENV)
+    _run(spec(14))  # JAX's cache hands the steps back: not kept (they would not load whole)
+    assert kept == {"loaded": 0, "kept": 0, "traced": 4} and not list(tmp_path.glob("steps/*.pkl")), kept
+    _run(spec(14), new_process=False)  # JAX's own copies of those, handed back in this process: not kept either
+    assert kept == {"loaded": 0, "kept": 0, "traced": 6} and not list(tmp_path.glob("steps/*.pkl")), kept
+    _run(spec(14), momentum=0.5, new_process=False)  # a train step XLA compiles here: kept, and loads whole
+    assert kept["kept"] == 1 and len(list(tmp_path.glob("steps/*.pkl"))) == 1, kept
+    trained, _ = _run(spec(14), momentum=0.5)
+    assert kept["loaded"] == 1 and np.isfinite(trained["fc1.weight"]).all(), kept
