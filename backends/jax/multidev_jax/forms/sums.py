@@ -111,7 +111,8 @@ def measure(shape: tuple[int, ...], dtype: object, repeats: int = 12) -> str:
     weight = jax.device_put(np.ones(shape[0], dtype), cpu)
     gamma, beta = (jax.device_put(np.full(shape[-1], v, dtype), cpu) for v in (1.0, 0.0))
 
-    options = threads.options(threads.THREADS.pinned() or threads.THREADS.unmeasured)  # one thread where the run has one
+    # one thread where the run has one
+    options = threads.options(threads.THREADS.pinned() or threads.THREADS.unmeasured)
 
     def layer(form: str) -> jax.stages.Compiled:
         def loss(x, gamma, beta):
