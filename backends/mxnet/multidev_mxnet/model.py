@@ -20,6 +20,7 @@ DropPath's masks hold one value per sample, broadcast over its values.
 
 from __future__ import annotations
 
+import json
 import operator
 import warnings
 from collections.abc import Callable
@@ -30,7 +31,7 @@ import numpy as np
 from multidev import nn as mnn  # the model language; `nn` is Gluon's
 from multidev.engine import ModelSpec, MultidevError
 
-from . import tokens, windows
+from . import onednn, tokens, windows
 from .batchnorm import BatchNorm, StatsExchange
 from .runtime import mxnet
 from .shapes import concat, matmul, pad, reshape, softmax, take, transpose
@@ -48,12 +49,14 @@ class LayerNorm(nn.HybridBlock):
     normalises one axis: those axes merged into one, and split again after.
     The rest (one scale per channel; none) are plain ops, whose gradients
     autograd derives: neither MXNet's LayerNorm nor its GroupNorm (1.9.1: one
-    scale per group) takes them.
+    scale per group) takes them. In float32 (not ``exact``) the former is
+    :func:`.onednn.layer_norm`, whose sums run on oneDNN.
     """
 
-    def __init__(self, layer: mnn.LayerNorm, shape: tuple[int, ...]) -> None:
+    def __init__(self, layer: mnn.LayerNorm, shape: tuple[int, ...], exact: bool = True) -> None:
         super().__init__()
         self.eps, self.fused = layer.eps, layer.affine and layer.last is not None
+        self.units = int(np.prod(shape[-layer.last:])) if self.fused else 0
         self.axes = tuple(a + 1 for a in layer.axes(shape))  # MXNet's: the batch axis first
         size = (shape[0],) if layer.last is None else tuple(shape[-layer.last:])
         # over a whole sample, the scale's shape against (N, *shape): (1, C, 1, 1) for images, (1, F) for features
@@ -63,12 +66,17 @@ class LayerNorm(nn.HybridBlock):
             with self.name_scope():
                 self.gamma = self.params.get("gamma", shape=size, init=mx.init.One())
                 self.beta = self.params.get("beta", shape=size, init=mx.init.Zero())
+                if self.fused and not exact:
+                    self.mean, self.spread = onednn.layer_norm_constants(self.params, self.units)
 
-    def hybrid_forward(self, F, x, gamma=None, beta=None):
+    def hybrid_forward(self, F, x, gamma=None, beta=None, mean=None, spread=None):
         if self.fused:
             flat = F.reshape(x, shape=self.merged) if len(self.axes) > 1 else x
-            out = F.LayerNorm(flat, F.reshape(gamma, shape=(-1,)), F.reshape(beta, shape=(-1,)), axis=-1,
-                              eps=self.eps)
+            if mean is not None:
+                out = onednn.layer_norm(F, flat, gamma, beta, mean, spread, self.eps, self.units)
+            else:
+                out = F.LayerNorm(flat, F.reshape(gamma, shape=(-1,)), F.reshape(beta, shape=(-1,)), axis=-1,
+                                  eps=self.eps)
             return F.reshape_like(out, x) if len(self.axes) > 1 else out
         centred = F.broadcast_sub(x, F.mean(x, axis=self.axes, keepdims=True))
         var = F.mean(F.square(centred), axis=self.axes, keepdims=True)
@@ -79,8 +87,9 @@ class LayerNorm(nn.HybridBlock):
                                F.reshape(beta, shape=self.broadcast))
 
 
-def _layer_block(layer: mnn.Layer, shape: tuple[int, ...], sync: bool):
-    """Gluon's block for a layer with parameters (``shape``: its input's, per sample); None for the rest."""
+def _layer_block(layer: mnn.Layer, shape: tuple[int, ...], sync: bool, exact: bool):
+    """Gluon's block for a layer with parameters (``shape``: its input's, per sample); None for the rest;
+    ``exact``: float64's forms."""
     if isinstance(layer, mnn.Conv2d):
         return windows.Conv2D(layer, shape)
     if isinstance(layer, mnn.Dense):
@@ -88,7 +97,7 @@ def _layer_block(layer: mnn.Layer, shape: tuple[int, ...], sync: bool):
     if isinstance(layer, mnn.BatchNorm):
         return BatchNorm(shape[0], sync, layer.eps, layer.momentum)
     if isinstance(layer, mnn.LayerNorm):
-        return LayerNorm(layer, shape)
+        return LayerNorm(layer, shape, exact)
     return tokens.block(layer, shape)
 
 
@@ -133,7 +142,7 @@ def _hard_sigmoid(F, x):
     return F.clip(x / 6.0 + 0.5, 0.0, 1.0)
 
 
-#: the layers without parameters: (F, layer, inputs, their shapes per sample) -> output
+#: the layers without parameters: (F, layer, inputs, their shapes per sample) -> output; float64's (exact) forms
 _FUNCTIONS: dict[type, Callable] = {
     mnn.ReLU: lambda F, layer, xs, shapes: F.Activation(xs[0], act_type="relu"),  # oneDNN's, which keeps its layout
     mnn.GELU: _gelu,
@@ -163,6 +172,13 @@ _FUNCTIONS: dict[type, Callable] = {
     mnn.Scale: lambda F, layer, xs, shapes: xs[0] * layer.factor,
 }
 
+#: float32's own forms (:mod:`.onednn`), within float32's rounding of the exact ones
+_FLOAT32: dict[type, Callable] = {
+    mnn.GELU: _fused_gelu,
+    mnn.ReLU6: onednn.relu6,
+    mnn.GlobalAvgPool: onednn.global_avg_pool,
+}
+
 
 class Network(nn.HybridBlock):
     """A definition's graph: ``net(x, *masks)``, one mask per Dropout node in graph order (ones in inference)."""
@@ -170,14 +186,14 @@ class Network(nn.HybridBlock):
     def __init__(self, spec: ModelSpec, sync: bool, exact: bool = False) -> None:
         super().__init__()
         self.nodes, self.in_shape = spec.graph.nodes, spec.in_shape
-        self.functions = _FUNCTIONS if exact else {**_FUNCTIONS, mnn.GELU: _fused_gelu}
+        self.functions = _FUNCTIONS if exact else {**_FUNCTIONS, **_FLOAT32}
         self.shapes = shapes = spec.graph.shapes(spec.in_shape)  # per sample, by node name
         self.flat = {n.name for n in self.nodes if len(shapes[n.inputs[0]]) == 1}  # nodes whose input is (N, F)
         self.dropouts = [name for name, _, _ in spec.dropouts()]
         self.mask_shapes = [shape for _, _, shape in spec.dropouts()]
         with self.name_scope():
             for node in self.nodes:
-                block = _layer_block(node.layer, shapes[node.inputs[0]], sync)
+                block = _layer_block(node.layer, shapes[node.inputs[0]], sync, exact)
                 if block is not None:
                     self.register_child(block, node.name)  # the structured name is the node's
                 elif type(node.layer) not in self.functions and not isinstance(node.layer, mnn.Dropout):
@@ -284,6 +300,7 @@ def bfloat16(net: nn.HybridBlock) -> nn.HybridBlock:
     optimizer's state stay float32. Each parameter enters through an
     ``identity``: MXNet 1.9.1's ``amp_cast`` to bfloat16 ignores
     ``grad_req="add"`` (the gradient stays 0), while the identity honours it.
+    The FullyConnected ops that compute statistics (LayerNorm's, the global pooling's) stay float32.
     """
     from mxnet.contrib import amp
 
@@ -291,7 +308,8 @@ def bfloat16(net: nn.HybridBlock) -> nn.HybridBlock:
     data = [i.name for i in inputs]
     params = [name for name in sym.list_arguments() if name not in data]
     sym = sym(**{name: mx.sym.identity(mx.sym.var(name), name=f"{name}_in") for name in params})
-    converted = amp.convert_symbol(sym, "bfloat16", data_names=data,
+    statistics = [node["name"] for node in json.loads(sym.tojson())["nodes"] if onednn.KEEP_FLOAT32 in node["name"]]
+    converted = amp.convert_symbol(sym, "bfloat16", data_names=data, excluded_sym_names=statistics,
                                    fp32_ops=amp.list_fp32_ops(amp.amp.bfloat16) + ["BatchNorm"])
     with warnings.catch_warnings():  # it cannot tell the data's type before a call: float32, as the casts say
         warnings.filterwarnings("ignore", "Cannot decide type", UserWarning)
