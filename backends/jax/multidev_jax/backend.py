@@ -6,7 +6,7 @@ from typing import Optional
 
 from multidev.engine import MultiProcess, Setup, State
 
-from . import compile_cache, distributed
+from . import compile_cache, distributed, kept_steps
 from .forms import CHOICES
 from .devices import configure_cpu_devices, cpu_devices, cpu_devices_note, gpu_devices
 from .model import BUILT
@@ -30,6 +30,7 @@ class JaxBackend(MultiProcess):
     def settings(self) -> dict[str, str]:
         configure_cpu_devices()
         return {"cpu devices": cpu_devices_note(), "compilation cache": compile_cache.note(),
+                "kept steps": kept_steps.note(),
                 **{label: choice.note() for label, choice in CHOICES.items()},
                 "float64": "JAX's 64-bit mode is switched on for float64 runs only, and off again after each call"}
 

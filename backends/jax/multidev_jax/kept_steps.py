@@ -71,6 +71,17 @@ def _folder() -> Optional[Path]:
     return folder / "steps" if folder is not None else None
 
 
+def note() -> str:
+    """What ``multidev backends`` says: where steps are kept whole, or why none are."""
+    if os.environ.get(ENV, "").strip().lower() in OFF:
+        return f"off ({ENV}={os.environ[ENV].strip()}): every run traces its steps"
+    folder = compile_cache.folder()
+    if folder is None:
+        return "off with the compilation cache: every run traces its steps"
+    return (f"{folder / 'steps'}: a step XLA compiled is loaded whole by later runs, untraced (not in a job of "
+            f"several processes; {ENV}=off traces every step)")
+
+
 def _placed(a: Any) -> list[jax.Device]:
     """The devices an argument lies on, in its mesh's order (a sharding's text names no device)."""
     sharding = getattr(a, "sharding", None)

@@ -113,3 +113,18 @@ def test_only_steps_xla_compiled_here_are_kept_and_the_store_can_be_switched_off
     assert kept["kept"] == 1 and len(list(tmp_path.glob("steps/*.pkl"))) == 1, kept
     trained, _ = _run(spec(14), momentum=0.5)
     assert kept["loaded"] == 1 and np.isfinite(trained["fc1.weight"]).all(), kept
+
+
+def test_multidev_backends_says_where_steps_are_kept_or_why_not(monkeypatch, tmp_path):
+    from multidev_jax import kept_steps
+
+    monkeypatch.setattr(kept_steps.compile_cache, "folder", lambda: tmp_path)
+    monkeypatch.delenv(kept_steps.ENV, raising=False)
+    assert str(tmp_path / "steps") in kept_steps.note()
+    monkeypatch.setenv(kept_steps.ENV, "off")
+    assert kept_steps.note().startswith(f"off ({kept_steps.ENV}=off)")
+    assert kept_steps.path("train", ()) is None
+    monkeypatch.delenv(kept_steps.ENV)
+    monkeypatch.setattr(kept_steps.compile_cache, "folder", lambda: None)
+    assert kept_steps.note().startswith("off with the compilation cache")
+    assert multidev.load_backend("jax").settings()["kept steps"] == kept_steps.note()
