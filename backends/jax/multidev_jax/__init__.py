@@ -27,7 +27,8 @@ class token, position embedding and attention, holding the core's arrays),
 (XLA:CPU's slow tiny and depthwise convolutions as a matrix product and as
 their taps), ``compiled``
 (ahead-of-time compilation, timed), ``compile_cache`` (JAX's persistent
-compilation cache), ``shared_compile`` (one compilation for a job's
+compilation cache), ``kept_steps`` (compiled steps kept whole, loaded by a
+later run untraced), ``shared_compile`` (one compilation for a job's
 processes) and ``shared_sum`` (a job on one machine summing its gradients
 through shared memory). The sub-package ``forms`` holds the forms:
 ways to compute the same step that a CPU runs at different speeds, each a

@@ -19,7 +19,8 @@ operators cannot take alone, as the torch engine's module of that name),
 ``shapes`` (reshapes, transposes, slices, concatenations, batched matrix
 products and softmax along any axis), ``tokens`` (a transformer's class
 token, position embedding and attention as Gluon blocks),
-``runtime`` (loading MXNet on first use, and its thread count),
+``onednn`` (float32's LayerNorm, ReLU6 and global pooling as operators
+oneDNN runs), ``runtime`` (loading MXNet on first use, and its thread count),
 ``transfers`` (large copies to and from NumPy as MXNet's operators, which
 keep OpenMP off the calling thread),
 ``serve`` (``python -m multidev_mxnet.serve``: the job's scheduler or a
