@@ -45,7 +45,6 @@ from .forms import CHOICES
 from .forms.choice import Decision
 
 ENV = "MULTIDEV_JAX_KEPT_STEPS"
-OFF = ("0", "off", "false", "no")
 _ENVIRONMENT = ("MULTIDEV_", "XLA_", "JAX_", "OMP_")
 _LIBRARIES = ("jax", "jaxlib", "flax", "optax", "numpy")
 log = logging.getLogger("multidev.jax")
@@ -64,8 +63,12 @@ def _code() -> str:
     return digest.hexdigest()
 
 
+def _switched_off() -> bool:
+    return os.environ.get(ENV, "").strip().lower() in compile_cache.OFF
+
+
 def _folder() -> Optional[Path]:
-    if os.environ.get(ENV, "").strip().lower() in OFF or jax.process_count() > 1:
+    if _switched_off() or jax.process_count() > 1:
         return None
     folder = compile_cache.folder()
     return folder / "steps" if folder is not None else None
@@ -73,7 +76,7 @@ def _folder() -> Optional[Path]:
 
 def note() -> str:
     """What ``multidev backends`` says: where steps are kept whole, or why none are."""
-    if os.environ.get(ENV, "").strip().lower() in OFF:
+    if _switched_off():
         return f"off ({ENV}={os.environ[ENV].strip()}): every run traces its steps"
     folder = compile_cache.folder()
     if folder is None:

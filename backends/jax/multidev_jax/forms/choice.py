@@ -111,16 +111,23 @@ class Choice:
     def chosen(self, key: str, measure: Callable[[], str], traits: frozenset[str] = frozenset()) -> str:
         """The kept form for ``key``, else ``measure()`` (which keeps its answer) where runs measure, else the
         shipped one (nothing timed)."""
-        kept = self.kept.get(key)
-        form = kept if kept is not None else measure() if table.measuring() else self.shipped(traits)
+        form = self._settled(key, traits)
+        if form is None:
+            form = measure()
         for decisions in _recordings:
             decisions.append((self.name, key, tuple(sorted(traits)), form))
         return form
 
     def still(self, key: str, traits: Iterable[str], form: str) -> bool:
         """Whether :meth:`chosen` would take ``form`` for ``key`` now, without measuring anything."""
+        return self._settled(key, frozenset(traits)) == form
+
+    def _settled(self, key: str, traits: frozenset[str]) -> Optional[str]:
+        """The kept form for ``key``, else the shipped one where runs do not measure; None: a run measures it."""
         kept = self.kept.get(key)
-        return kept == form if kept is not None else not table.measuring() and self.shipped(frozenset(traits)) == form
+        if kept is not None:
+            return kept
+        return None if table.measuring() else self.shipped(traits)
 
     def fastest(self, key: str, timers: Mapping[str, Callable[[], float]],
                 traits: frozenset[str] = frozenset()) -> str:
