@@ -77,5 +77,5 @@ def global_avg_pool(F, layer, xs, shapes):
     channels, height, width = shapes[0]
     rows = F.reshape(xs[0], shape=(-3, -1))  # (N * C, H * W)
     ones = F.stop_gradient(F.ones_like(F.slice_axis(rows, axis=0, begin=0, end=1)))
-    sums = F.FullyConnected(rows, ones, num_hidden=1, no_bias=True, name=f"{KEEP_FLOAT32}_pool")
+    sums = _dense(F, rows, ones, 1, "pool")
     return F.reshape(sums / float(height * width), shape=(-1, channels, 1, 1) if layer.keepdims else (-1, channels))

@@ -138,10 +138,9 @@ class Sharded:
         self.reps.sum_processes(wholes)
         return [whole for whole, in wholes]
 
-    def _spread(self, wholes: list[mx.nd.NDArray], params: Optional[list] = None) -> None:
-        """Each Parameter (of ``params``, by default all) holds its whole (on the first context) on every context,
-        a copy of its own on each."""
-        for param, whole in zip(params or self.params, wholes):
+    def _spread(self, wholes: list[mx.nd.NDArray]) -> None:
+        """Each Parameter holds its whole (on the first context) on every context, a copy of its own on each."""
+        for param, whole in zip(self.params, wholes):
             param._data = [whole] + [whole.copyto(ctx) for ctx in self.contexts[1:]]
 
     def _whole(self, j: int, ctx) -> mx.nd.NDArray:

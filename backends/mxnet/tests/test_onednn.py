@@ -146,6 +146,15 @@ def test_float64_keeps_the_exact_forms_and_float32_takes_its_own():
     assert len(statistics) == 5 + 1  # LayerNorm's, the pooling's: bfloat16 leaves them in float32
 
 
+def _onednn_kernels(script: str) -> list[list[str]]:
+    """The fields of each oneDNN primitive ``script`` runs in a fresh process (``DNNL_VERBOSE``'s exec lines)."""
+    env = {**os.environ, "DNNL_VERBOSE": "1", "OMP_NUM_THREADS": "2"}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [line.split(",") for line in done.stdout.splitlines() if line.startswith("dnnl_verbose,exec")]
+
+
 #: a float32 training step of MobileNetV2's pattern; prints oneDNN's kernels (DNNL_VERBOSE)
 STEP = """
     import numpy as np
@@ -170,11 +179,7 @@ STEP = """
 def test_a_float32_step_of_mobilenet_blocks_runs_no_onednn_reference_kernel():
     """A ReLU6 between convolutions of different blocked layouts must hand BatchNorm's backward its gradient in
     its data's layout: otherwise oneDNN falls back to its reference kernel, 100 times slower."""
-    env = {**os.environ, "DNNL_VERBOSE": "1", "OMP_NUM_THREADS": "2"}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(STEP)], capture_output=True, text=True, timeout=120,
-                          env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    kernels = [line.split(",") for line in done.stdout.splitlines() if line.startswith("dnnl_verbose,exec")]
+    kernels = _onednn_kernels(STEP)
     assert any(k[3] == "batch_normalization" and k[5] == "backward" for k in kernels), "no BatchNorm backward ran"
     slow = sorted({f"{k[3]} {k[4]} {k[5]}" for k in kernels if "ref" in k[4]})
     assert not slow, f"oneDNN's reference kernels ran: {slow}"
@@ -208,11 +213,7 @@ def engine():
 def test_bfloat16_leaves_the_statistics_in_float32(bf16):
     """The FullyConnected ops of LayerNorm's statistics and of the pooling's sums (one of their sides 1 wide) run
     in float32, the projections in bfloat16."""
-    env = {**os.environ, "DNNL_VERBOSE": "1", "OMP_NUM_THREADS": "2"}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(BF16_STEP)], capture_output=True, text=True,
-                          timeout=120, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    products = [line.split(",") for line in done.stdout.splitlines() if line.startswith("dnnl_verbose,exec,cpu,inner")]
+    products = [k for k in _onednn_kernels(BF16_STEP) if k[2] == "cpu" and k[3].startswith("inner")]
     statistics = [p for p in products if "ic1oc" in p[-2] or p[-2].endswith("oc1")]
     assert statistics and all("bf16" not in p[6] for p in statistics), "statistics computed in bfloat16"
     assert any("bf16" in p[6] for p in products if p not in statistics), "no projection ran in bfloat16"
