@@ -8,8 +8,9 @@ Threads are set as the ``multidev`` command sets them, and each row says the
 engine's version and threads. The first step's seconds count the process's
 imports, compilation and any measuring, the replicas built as a run builds them
 (its batch's rows given); the first round starts cold (a compilation cache and
-cache folder of this run's own: no executable, no kept choice), later rounds
-load from it ("cached first step s"). The peak
+cache folder of each engine's own: no executable, no kept choice), later rounds
+load what it kept ("cached first step s": JAX's programs, torch's layout; an
+engine that keeps nothing has none). The peak
 is the larger of the best matrix product numpy, torch and JAX measure here and
 the vector units' own (fp32 lanes x 2 FMA units x 2 x cores x the clock
 /proc/cpuinfo gives), both stated in the notes.
@@ -39,6 +40,9 @@ def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, 
     then the median samples/s of ``repeats`` windows."""
     harness.as_the_command()  # before any framework loads (a parent's setting stands)
     import os
+    from pathlib import Path
+
+    warm = any(p.is_file() for p in Path(os.environ["XDG_CACHE_HOME"]).rglob("*"))  # what an earlier round kept
 
     import multidev
     from multidev.engines.registry import engine_version
@@ -57,7 +61,7 @@ def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, 
     step()
     rate = statistics.median(harness.samples_per_sec(step, batch, steps) for _ in range(repeats))
     return {"first_step_s": first, "samples_per_sec": rate, "compile_s": reps.compile_seconds,
-            "compile_cached": getattr(reps, "compile_cached", 0), "version": engine_version(engine),
+            "warm": warm, "version": engine_version(engine),
             "threads": os.environ.get("OMP_NUM_THREADS", "")}
 
 
@@ -100,12 +104,14 @@ def main() -> None:
 
 def time_all(args, counts: list[int]) -> dict[tuple[str, int], list[dict[str, Any]]]:
     """Every (engine, device count)'s runs, the counts alternating within each round."""
-    # the first round compiles cold, with no kept choice (the engines' cache home too), later ones load
+    # the first round compiles cold, with no kept choice (each engine's cache home its own), later ones load what
+    # it kept: a JAX run its programs, a torch run its measured layout; an engine that keeps nothing stays cold
     cache = tempfile.mkdtemp(prefix="bench-compile-cache-")
-    env = {"MULTIDEV_COMPILE_CACHE": cache, "XDG_CACHE_HOME": cache}
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     try:
         for backend in args.backends.split(","):
+            home = f"{cache}/{backend}"
+            env = {"MULTIDEV_COMPILE_CACHE": f"{home}/jax-compile", "XDG_CACHE_HOME": home}
             contenders = {k: partial(harness.fresh, worker, env=env,
                                      label=f"{backend} x{k}", backend=backend, k=k, batch=args.batch,
                                      size=args.size, model=args.model, steps=args.steps, repeats=args.repeats)
@@ -134,8 +140,8 @@ def summary(backend: str, k: int, done: list[dict[str, Any]], one, work: float, 
     if not done:
         return {"engine": backend, "devices": k, "samples/s": "failed"}, one
     got = done[len(done) // 2]
-    cold = [r for r in done if not r["compile_cached"]]
-    warm = [r["first_step_s"] for r in done if r["compile_cached"]]
+    cold = [r for r in done if not r["warm"]]
+    warm = [r["first_step_s"] for r in done if r["warm"]]
     one = got["samples_per_sec"] if k == 1 else one
     return {"engine": backend, "devices": k, "samples/s": got["samples_per_sec"],
             "vs 1 device": got["samples_per_sec"] / one if one else None,

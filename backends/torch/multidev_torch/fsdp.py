@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 from multidev.engine import STEP, MultidevError, Setup, State, slot_name
 
 from .distributed import peers
-from .optimizers import SLOTS, state_bytes, torch_optimizer
+from .optimizers import SLOTS, Update, state_bytes
 
 #: the levels FSDP2 takes (it has no ZeRO-1: its optimizer state follows the parameters it shards)
 LEVELS = ("gradients", "parameters")
@@ -97,7 +97,7 @@ class FullyShard:
             if _local(p).shape[0] != b - a:
                 raise MultidevError(f"FSDP2 gave rank {setup.group.rank} {_local(p).shape[0]} rows of {name}, "
                                     f"the sharding rule {b - a}: the torch engine cannot shard this job with it")
-        self.optimizer = torch_optimizer(setup.optimizer, self.params.values())
+        self.optimizer = Update(setup.optimizer, self.params.values())
 
     # The step ----------------------------------------------------------------------------------------------
     def sync(self, last: bool) -> None:
@@ -108,10 +108,8 @@ class FullyShard:
     def step(self, lr: float) -> None:
         """This process's rows updated from its rows of the summed gradient; at ``gradients`` the whole
         parameters gathered again at once (ZeRO-2 holds them between updates)."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)  # FSDP2 would add the next update's rows to these
+        self.optimizer.step(lr)
+        self.optimizer.zero_grad()  # FSDP2 would add the next update's rows to these
         if self.level == "gradients":
             with peers():
                 self.model.unshard()
@@ -119,7 +117,7 @@ class FullyShard:
     def gradients(self) -> State:
         """The whole summed gradient of the last backward (gathered from the shards), which then is dropped."""
         out = {name: _whole(p.grad) for name, p in self.params.items() if p.grad is not None}
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         return out
 
     @contextmanager

@@ -106,7 +106,7 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         #: else a sharded run's owners of each parameter's rows and their optimizers (sharding.py); None: replicated
         self._owners = Owners(setup, self.models, self._layout) \
             if setup.shard != "none" and self._trains and self._fsdp is None else None
-        self.optimizers = [optimizers.torch_optimizer(setup.optimizer, m.parameters()) for m in self.models] \
+        self.optimizers = [optimizers.Update(setup.optimizer, m.parameters()) for m in self.models] \
             if self._trains and self._owners is None and self._fsdp is None else []
         self._updates = 0      # optimizer.step: updates done
         self._holding = False  # replicas' .grad hold micro-batches of an update not yet made
@@ -315,9 +315,7 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
             else:
                 self._reduce()
                 for opt in self.optimizers:
-                    for group in opt.param_groups:
-                        group["lr"] = lr
-                    opt.step()
+                    opt.step(lr)
             self._updates += 1
             self._sync_statistics(batch)
         return stats

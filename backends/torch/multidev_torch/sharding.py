@@ -35,7 +35,7 @@ import torch
 from multidev.engine import STEP, Setup, State, sharded_parts, slot_name
 
 from .distributed import all_sum_tensors
-from .optimizers import SLOTS, state_bytes, torch_optimizer
+from .optimizers import SLOTS, Update, state_bytes
 
 
 class Owners:
@@ -57,7 +57,7 @@ class Owners:
             {name: torch.nn.Parameter(self._rows(p.detach(), a, b)) for (name, p) in m.named_parameters()
              for a, b in [self.rows[name][i]] if b > a or not p.dim()}
             for i, m in enumerate(self.models)]
-        self.optimizers = [torch_optimizer(setup.optimizer, own.values()) if own else None for own in self.owned]
+        self.optimizers = [Update(setup.optimizer, own.values()) if own else None for own in self.owned]
         self.whole = True  # the replicas hold their whole parameters
         self.release()
 
@@ -170,9 +170,7 @@ class Owners:
         """Each owner updates its rows; the replicas take them back (at ``parameters``, at the next gather)."""
         for opt in self.optimizers:
             if opt is not None:
-                for group in opt.param_groups:
-                    group["lr"] = lr
-                opt.step()
+                opt.step(lr)
         if self.views:
             self.whole = False
             self.gather()
