@@ -22,6 +22,10 @@ the step is traced afresh. Only a step XLA compiled in this process is
 written: one JAX's cache handed back serializes without its functions and
 fails when run (XLA:CPU, JAX 0.7.1). Off where the cache is off, in a job of
 several processes, and with ``MULTIDEV_JAX_KEPT_STEPS=off``.
+
+Every change of the source or a library is a new key, so the folder would
+only grow: after each write the steps least recently used (a load refreshes a
+file's time) go until the rest fit in :data:`BUDGET`.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ from .forms.choice import Decision
 ENV = "MULTIDEV_JAX_KEPT_STEPS"
 _ENVIRONMENT = ("MULTIDEV_", "XLA_", "JAX_", "OMP_")
 _LIBRARIES = ("jax", "jaxlib", "flax", "optax", "numpy")
+#: bytes the kept steps may take (ResNet-18's train step: 2.3 MB)
+BUDGET = 1 << 30
 log = logging.getLogger("multidev.jax")
 
 
@@ -125,8 +131,10 @@ def load(where: Path, args: Sequence[Any]) -> Optional[jax.stages.Compiled]:
         if not _holds(kept["decisions"]) or kept["in_tree"] != jax.tree.structure((tuple(args), {})):
             return None
         devices = next(filter(None, map(_placed, jax.tree.leaves(args))))  # the program's, in its order
-        return serialize_executable.deserialize_and_load(kept["executable"], kept["in_tree"], kept["out_tree"],
-                                                         execution_devices=devices)
+        loaded = serialize_executable.deserialize_and_load(kept["executable"], kept["in_tree"], kept["out_tree"],
+                                                           execution_devices=devices)
+        os.utime(where)  # used now: the last to go when the folder is pruned
+        return loaded
     except FileNotFoundError:
         return None
     except Exception as exc:  # noqa: BLE001 - another JAX's or a damaged file: trace the step instead
@@ -146,5 +154,23 @@ def save(where: Path, compiled: jax.stages.Compiled, decisions: Sequence[Decisio
         temporary = where.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_bytes(payload)
         os.replace(temporary, where)
+        prune(where.parent, BUDGET)
     except Exception as exc:  # noqa: BLE001 - a step that cannot be kept is traced again by the next run
         log.debug("step not kept: %s", exc)
+
+
+def prune(folder: Path, budget: int) -> None:
+    """Remove the kept steps least recently used until the rest take at most ``budget`` bytes."""
+    kept = []
+    for file in folder.glob("*.pkl"):
+        try:
+            stat = file.stat()
+        except FileNotFoundError:  # another run pruned it meanwhile
+            continue
+        kept.append((stat.st_mtime, stat.st_size, file))
+    total = sum(size for _, size, _ in kept)
+    for _, size, file in sorted(kept):
+        if total <= budget:
+            break
+        file.unlink(missing_ok=True)
+        total -= size

@@ -128,3 +128,42 @@ def test_multidev_backends_says_where_steps_are_kept_or_why_not(monkeypatch, tmp
     monkeypatch.setattr(kept_steps.compile_cache, "folder", lambda: None)
     assert kept_steps.note().startswith("off with the compilation cache")
     assert multidev.load_backend("jax").settings()["kept steps"] == kept_steps.note()
+
+
+def test_the_least_recently_used_steps_go_when_the_folder_is_over_its_budget(tmp_path):
+    import os
+
+    from multidev_jax import kept_steps
+
+    for i, name in enumerate("abcd"):  # a oldest ... d newest, 100 bytes each
+        (tmp_path / f"{name}.pkl").write_bytes(bytes(100))
+        os.utime(tmp_path / f"{name}.pkl", (1000 + i, 1000 + i))
+    os.utime(tmp_path / "a.pkl", (2000, 2000))  # a loaded since: used most recently
+    (tmp_path / "other.json").write_bytes(bytes(500))  # not a kept step: never counted nor removed
+    kept_steps.prune(tmp_path, 250)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pkl", "d.pkl", "other.json"]
+    kept_steps.prune(tmp_path, 250)  # within its budget: nothing goes
+    assert len(list(tmp_path.glob("*.pkl"))) == 2
+
+
+def test_a_run_prunes_what_it_did_not_use_and_keeps_what_it_loaded(kept, tmp_path, monkeypatch):
+    import time
+
+    from multidev_jax import kept_steps
+
+    def files():
+        return set(tmp_path.glob("steps/*.pkl"))
+    _run(spec(15))
+    loaded_again = files()
+    time.sleep(0.05)
+    _run(spec(16))
+    unused = files() - loaded_again
+    time.sleep(0.05)
+    _run(spec(15))  # loads its two steps: now the most recently used of the four
+    assert kept["loaded"] == 2, kept
+    sizes = [p.stat().st_size for p in files()]
+    monkeypatch.setattr(kept_steps, "BUDGET", sum(sizes) + min(sizes) // 2)  # room for these four, not six
+    time.sleep(0.05)
+    _run(spec(17))  # two more kept: the two used least recently go
+    new = files() - loaded_again - unused
+    assert len(new) == 2 and files() == loaded_again | new, "spec 16's steps, unused since, should have gone"
