@@ -50,7 +50,8 @@ def held(backend: str, model: str, level: str, devices: int) -> list[dict[str, i
 
 
 def worker(backend: str, model: str, level: str, devices: int, processes: int, epochs: int) -> dict:
-    harness.as_the_command()
+    if processes == 1:  # a job's workers share the cores out instead (1 thread each on 2 cores), as the command's do
+        harness.as_the_command()
     import multidev
 
     result = multidev.train(backend, model=model, dataset="digits", epochs=epochs, devices=devices,
