@@ -11,8 +11,12 @@ device each. A row shows
   result's ``memory``), the largest over the devices;
 - the peak resident memory of the process (one process: the training
   process's VmHWM; several: the largest worker's, from ``RUSAGE_CHILDREN``);
-- the seconds per epoch, and that against the replicated run of the same
-  engine and form (``none``): what the level costs.
+- the seconds per epoch and that against the replicated run of the same
+  engine and form (``none``): what the level costs. They come from one more
+  fresh process that trains every level in turn, ``--rounds`` times in
+  alternating order, ``--epochs`` epochs a run, and keeps each level's median
+  epoch after a run's first (which carries the warm-up): between processes the
+  same run's epoch moved by 10-30% here, within one process by a few.
 
     python -m bench.bench_sharding --backends torch,jax,mxnet --model resnet18 --devices 4 --processes 2
 """
@@ -20,11 +24,13 @@ device each. A row shows
 from __future__ import annotations
 
 import resource
+import statistics
 
 from bench import harness
 from bench.harness.memory import mib
 
-SMOKE = {"backends": "torch", "model": "mlp", "levels": "none,parameters", "processes": 0, "devices": 2}
+SMOKE = {"backends": "torch", "model": "mlp", "levels": "none,parameters", "processes": 0, "devices": 2, "epochs": 1,
+         "rounds": 1}
 LEVELS = "none,optimizer,gradients,parameters"
 
 
@@ -49,19 +55,37 @@ def held(backend: str, model: str, level: str, devices: int) -> list[dict[str, i
     return reps.held_bytes() if hasattr(reps, "held_bytes") else []
 
 
-def worker(backend: str, model: str, level: str, devices: int, processes: int, epochs: int) -> dict:
-    if processes == 1:  # a job's workers share the cores out instead (1 thread each on 2 cores), as the command's do
-        harness.as_the_command()
+def train(backend: str, model: str, level: str, devices: int, processes: int, epochs: int):
     import multidev
 
-    result = multidev.train(backend, model=model, dataset="digits", epochs=epochs, devices=devices,
-                            processes=processes, shard=level, optimizer="adamw", lr=1e-3, progress=False)
+    return multidev.train(backend, model=model, dataset="digits", epochs=epochs, devices=devices,
+                          processes=processes, shard=level, optimizer="adamw", lr=1e-3, progress=False)
+
+
+def worker(backend: str, model: str, level: str, devices: int, processes: int) -> dict:
+    """One level's memory: one epoch in this (fresh) process, its peak and what each device holds."""
+    if processes == 1:  # a job's workers share the cores out instead (1 thread each on 2 cores), as the command's do
+        harness.as_the_command()
+    result = train(backend, model, level, devices, processes, 1)
     workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB: the largest worker's peak
-    row = {"peak": mib("VmHWM") if processes == 1 else workers, "seconds": result.sec_per_epoch,
-           "memory": result.memory, "test_acc": result.test_acc}
+    row = {"peak": mib("VmHWM") if processes == 1 else workers, "memory": result.memory,
+           "test_acc": result.test_acc}
     if processes == 1:
         row["held"] = held(backend, model, level, devices)
     return row
+
+
+def timer(backend: str, model: str, levels: list[str], devices: int, processes: int, epochs: int,
+          rounds: int) -> dict[str, float]:
+    """Every level's median epoch after a run's first, the levels trained in turn in this (fresh) process."""
+    if processes == 1:
+        harness.as_the_command()
+    seconds: dict[str, list[float]] = {level: [] for level in levels}
+    for r in range(rounds):
+        for level in levels if r % 2 == 0 else levels[::-1]:
+            epochs_run = train(backend, model, level, devices, processes, epochs).epochs
+            seconds[level] += [e.seconds for e in epochs_run[1:] or epochs_run]
+    return {level: statistics.median(s) for level, s in seconds.items()}
 
 
 def mb(values: list[int]) -> float:
@@ -75,34 +99,44 @@ def main() -> None:
     p.add_argument("--levels", default=LEVELS)
     p.add_argument("--devices", type=int, default=4)
     p.add_argument("--processes", type=int, default=2, help="0: no run over processes")
-    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--epochs", type=int, default=3, help="epochs of each timed run (the first is not counted)")
+    p.add_argument("--rounds", type=int, default=2, help="timed runs of each level, in alternating order")
     args = harness.parse(p, SMOKE)
-    report = harness.report(__file__, args, f"{args.model} with AdamW on digits, {args.epochs} epoch(s): "
-                            f"{args.devices} devices in one process, then {args.processes} processes x 1 device")
+    report = harness.report(__file__, args, f"{args.model} with AdamW on digits: {args.devices} devices in one "
+                            f"process, then {args.processes} processes x 1 device; time: the median epoch after "
+                            f"the first of {args.rounds} runs of {args.epochs} epochs per level, levels in turn")
     forms = [(args.devices, 1)] + ([(1, args.processes)] if args.processes > 1 else [])
+    levels = args.levels.split(",")
     for backend in args.backends.split(","):
         for devices, processes in forms:
-            base = None
-            for level in args.levels.split(","):
+            form = {"engine": backend, "form": f"{processes}p x{devices}"}
+            try:
+                seconds = harness.fresh(timer, label=f"{backend} timed", backend=backend, model=args.model,
+                                        levels=levels, devices=devices, processes=processes, epochs=args.epochs,
+                                        rounds=args.rounds)
+            except harness.ChildFailed as failed:
+                report.add({**form, "shard": "all", "failed": str(failed)})
+                continue
+            for level in levels:
                 try:
                     row = harness.fresh(worker, label=f"{backend} {level}", backend=backend, model=args.model,
-                                        level=level, devices=devices, processes=processes, epochs=args.epochs)
+                                        level=level, devices=devices, processes=processes)
                 except harness.ChildFailed as failed:
-                    report.add({"engine": backend, "form": f"{processes}p x{devices}", "shard": level,
-                                "failed": str(failed)})
+                    report.add({**form, "shard": level, "failed": str(failed)})
                     continue
-                base = row["seconds"] if level == "none" else base
-                held = row.get("held") or []
-                report.add({"engine": backend, "form": f"{processes}p x{devices}", "shard": level,
-                            "params MiB/device": mb([h["parameters"] for h in held]) if held else
-                            mb(row["memory"]["parameters"]),
-                            "grads MiB/device": mb(row["memory"]["gradients"]),
-                            "optimizer MiB/device": mb([h["optimizer"] for h in held]) if held else
-                            mb(row["memory"]["optimizer"]),
-                            "peak RSS MiB": row["peak"], "s/epoch": row["seconds"],
-                            "time / none": row["seconds"] / base if base else float("nan"),
+                report.add({**form, "shard": level, **memory(row), "s/epoch": seconds[level],
+                            "time / none": seconds[level] / seconds["none"] if "none" in seconds else float("nan"),
                             "test acc": row["test_acc"]})
     report.save()
+
+
+def memory(row: dict) -> dict[str, float]:
+    """A level's columns of bytes: the engine's own arrays where it reports them, else the result's rule."""
+    held = row.get("held") or []
+    return {"params MiB/device": mb([h["parameters"] for h in held]) if held else mb(row["memory"]["parameters"]),
+            "grads MiB/device": mb(row["memory"]["gradients"]),
+            "optimizer MiB/device": mb([h["optimizer"] for h in held]) if held else mb(row["memory"]["optimizer"]),
+            "peak RSS MiB": row["peak"]}
 
 
 if __name__ == "__main__":
