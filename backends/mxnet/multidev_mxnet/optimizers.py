@@ -63,8 +63,20 @@ def _exact_sgd(weight, grad, buf, lr: float, wd: float, m: float, nesterov: bool
     weight -= lr * g
 
 
+class ContractOptimizer(mx.optimizer.Optimizer):
+    """What the engine asks of its optimizers beyond MXNet's: the state as the contract's slots, and to forget
+    what an optimizer keeps beside its state when a state the contract wrote is loaded."""
+
+    def buffers(self, index, state) -> tuple:
+        """An updater's state as the contract's slots, in slot order."""
+        return slots(state)
+
+    def forget(self) -> None:
+        """Drop what is kept beside the states: the states about to be loaded are the contract's own."""
+
+
 @mx.optimizer.register
-class ContractSGD(mx.optimizer.Optimizer):
+class ContractSGD(ContractOptimizer):
     """The contract's SGD with momentum: g = grad + wd w; b = m b + g; w -= lr (g + m b if nesterov else b).
 
     float32 weights with momentum: one pass of MXNet's fused kernel, several
@@ -100,6 +112,9 @@ class ContractSGD(mx.optimizer.Optimizer):
         held = slots(state)
         scale = self.scales.get((index, held[0].context), 1.0) if held else 1.0
         return held if scale == 1.0 else (held[0] / scale,)
+
+    def forget(self) -> None:
+        self.scales.clear()
 
     def update(self, index, weight, grad, state):
         many = isinstance(index, (list, tuple))  # a group of ``aggregate_num``, one dtype, from Gluon's Updater
@@ -140,7 +155,7 @@ class ContractSGD(mx.optimizer.Optimizer):
 
 
 @mx.optimizer.register
-class ContractAdamW(mx.optimizer.Optimizer):
+class ContractAdamW(ContractOptimizer):
     """The contract's AdamW: decoupled decay, epsilon added to sqrt(v_hat) after the bias correction.
 
     float32 weights: contrib's fused ``adamw_update`` with the bias correction
@@ -184,7 +199,7 @@ class ContractAdamW(mx.optimizer.Optimizer):
         return state
 
 
-def gluon_optimizer(optimizer: Optimizer) -> mx.optimizer.Optimizer:
+def gluon_optimizer(optimizer: Optimizer) -> ContractOptimizer:
     """The Trainer's optimizer for the contract's; its rate is set before every update."""
     if optimizer.name == "adamw":
         beta1, beta2 = optimizer.betas
@@ -220,16 +235,15 @@ def read_state(trainer: mx.gluon.Trainer, optimizer: Optimizer, names: list[str]
     return state
 
 
-def buffers(opt: mx.optimizer.Optimizer, index, state) -> tuple:
+def buffers(opt: ContractOptimizer, index, state) -> tuple:
     """An updater's state as the contract's slots, in slot order (see :meth:`ContractSGD.buffers`)."""
-    return opt.buffers(index, state) if isinstance(opt, ContractSGD) else slots(state)
+    return opt.buffers(index, state)
 
 
-def resume_count(opt: mx.optimizer.Optimizer, step: int) -> None:
+def resume_count(opt: ContractOptimizer, step: int) -> None:
     """MXNet's update counts (per index and context) start afresh from ``step``: the next update is step + 1;
     the states about to be loaded are the contract's own (unscaled)."""
-    if isinstance(opt, ContractSGD):
-        opt.scales.clear()
+    opt.forget()
     opt.begin_num_update = opt.num_update = step
     opt._all_index_update_counts = {0: {}}
     opt._index_update_count = opt._all_index_update_counts[0]
