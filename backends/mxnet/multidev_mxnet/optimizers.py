@@ -228,16 +228,11 @@ def read_state(trainer: mx.gluon.Trainer, optimizer: Optimizer, names: list[str]
     state: State = {STEP: np.array(trainer.optimizer.num_update, np.int64)}  # every index, every context alike
     held = holders(trainer)[0].states
     for index, (name, param) in enumerate(zip(names, trainer._params)):
-        arrays = buffers(trainer.optimizer, index, held.get(index))
+        arrays = trainer.optimizer.buffers(index, held.get(index))
         for j, slot in enumerate(optimizer.slots):
             value = to_host(arrays[j]) if arrays else np.zeros(param.shape)
             state[slot_name(slot, name)] = value.astype(dtype, copy=False)
     return state
-
-
-def buffers(opt: ContractOptimizer, index, state) -> tuple:
-    """An updater's state as the contract's slots, in slot order (see :meth:`ContractSGD.buffers`)."""
-    return opt.buffers(index, state)
 
 
 def resume_count(opt: ContractOptimizer, step: int) -> None:

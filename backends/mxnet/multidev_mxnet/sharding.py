@@ -265,7 +265,7 @@ class Sharded:
     def _slots(self, i: int, j: int) -> list[np.ndarray]:
         """Device i's rows of parameter j's slots (zeros before its first update)."""
         a, b = self.ranges[j][i]
-        held = optimizers.buffers(self.optimizer, j, self.updaters[i].states.get(j))
+        held = self.optimizer.buffers(j, self.updaters[i].states.get(j))
         shape = (b - a, *self.params[j].shape[1:])
         return [to_host(s).astype(self.dtype, copy=False) if held else np.zeros(shape, self.dtype)
                 for s in held or self.reps.setup.optimizer.slots]

@@ -39,7 +39,7 @@ def test_sgd_follows_the_contract_as_the_rate_changes_and_reads_back_the_buffer(
         contract_sgd(want, grads, truth_b, lr, 1e-3, 0.9)
         for w, t in zip(held, want):
             np.testing.assert_allclose(w.asnumpy(), t, rtol=1e-5, atol=1e-6)
-    read = [optimizers.buffers(opt, i, updater.states[i])[0].asnumpy() for i in range(len(SHAPES))]
+    read = [opt.buffers(i, updater.states[i])[0].asnumpy() for i in range(len(SHAPES))]
     for got, b in zip(read, truth_b):
         np.testing.assert_allclose(got, b, rtol=1e-5, atol=1e-6)
     assert any(opt.scales.values()) and all(s == -1e-4 for s in opt.scales.values()), (
@@ -54,8 +54,8 @@ def test_a_loaded_buffer_is_the_contracts_own_until_the_next_update():
     assert opt.scales
     optimizers.resume_count(opt, 1)
     updater.states[0] = nd.array([2.0, 2.0, 2.0])  # a loaded buffer: b itself
-    assert optimizers.buffers(opt, 0, updater.states[0])[0].asnumpy().tolist() == [2.0, 2.0, 2.0]
+    assert opt.buffers(0, updater.states[0])[0].asnumpy().tolist() == [2.0, 2.0, 2.0]
     before = w.asnumpy()
     updater(0, nd.ones((3,)), w)  # b = 0.9 * 2 + 1 = 2.8; w -= 0.1 * 2.8
     np.testing.assert_allclose(w.asnumpy(), before - 0.28, rtol=1e-6)
-    np.testing.assert_allclose(optimizers.buffers(opt, 0, updater.states[0])[0].asnumpy(), 2.8, rtol=1e-6)
+    np.testing.assert_allclose(opt.buffers(0, updater.states[0])[0].asnumpy(), 2.8, rtol=1e-6)
