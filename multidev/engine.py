@@ -12,8 +12,10 @@ from multidev.engines.capabilities import CAPABILITIES
 from multidev.engines.choices import Kept as KeptChoices
 from multidev.engines.choices import cache_home, cpu_tag, pinned_form
 from multidev.engines.cpu_flags import cpu_flags
+from multidev.engines.cpu_kind import this_cpu_kind
 from multidev.engines.idioms import MultiProcess, ReplicaStates, WaitedSteps, labels, predictions
 from multidev.engines.lockstep import AllGather, combine_moments, run_lockstep
+from multidev.engines.shipped import TRAIT_WORDS, kind_table, network_traits, trait_note
 from multidev.engines.protocol import (Accumulates, Backend, BatchT, MultiProcessBackend, OptimizerState,
                                        PendingStats, PlansCpuDevices, QueuesSteps, Replicas, Setup, StepStats,
                                        plan_cpu_devices)
@@ -48,6 +50,8 @@ __all__ = [
     "MultiProcess", "ReplicaStates", "WaitedSteps", "cpu_flags", "first_line", "labels", "predictions", "usable_cores",
     # forms chosen by timing them on this CPU, kept per CPU kind (multidev.engines.choices)
     "KeptChoices", "cache_home", "cpu_tag", "pinned_form",
+    # forms shipped per CPU kind, per kind of network where one decides (multidev.engines.shipped)
+    "TRAIT_WORDS", "kind_table", "network_traits", "this_cpu_kind", "trait_note",
     # what the engine is busy with while a step takes long (compiling, timing forms): the progress bar shows it
     "doing",
     # the sharding rule (contract: Sharding): which rows of each array a device owns at which level

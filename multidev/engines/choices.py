@@ -35,10 +35,11 @@ def cpu_tag() -> str:
 
 
 def pinned_form(env: str, forms: Iterable[str]) -> Optional[str]:
-    """The form the variable ``env`` pins, or None where it is unset (measure).
+    """The form the variable ``env`` pins, or None where it is unset (the engine's own choice: kept, shipped or
+    measured).
 
     A value that names no form is refused in one line rather than ignored: a
-    misspelt pin would otherwise leave the run measuring while its user
+    misspelt pin would otherwise leave the engine choosing while its user
     believes the form fixed.
     """
     value = os.environ.get(env, "").strip().lower()
@@ -46,7 +47,8 @@ def pinned_form(env: str, forms: Iterable[str]) -> Optional[str]:
         return None
     forms = tuple(forms)
     if value not in forms:
-        raise MultidevError(f"{env}={value!r} names no form: give one of {', '.join(forms)}, or unset it to measure")
+        raise MultidevError(f"{env}={value!r} names no form: give one of {', '.join(forms)}, or unset it for the "
+                            "engine's own choice")
     return value
 
 

@@ -26,7 +26,7 @@ def test_a_pin_that_names_no_form_is_refused_in_one_line(monkeypatch):
     with pytest.raises(MultidevError) as err:
         pinned_form("MULTIDEV_TEST_FORM", FORMS)
     assert str(err.value) == ("MULTIDEV_TEST_FORM='matvek' names no form: give one of matvec, reduce, "
-                              "or unset it to measure")
+                              "or unset it for the engine's own choice")
 
 
 def test_a_form_is_timed_once_and_kept_for_later_processes(tmp_path):

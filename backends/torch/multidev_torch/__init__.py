@@ -10,7 +10,7 @@ canonical names), ``sharding`` (``--shard``: each device's rows of the state, Ze
 stages) and ``distributed`` (one process per device: ``launch``, ``join``,
 ``leave``, ``all_sum``).
 
-torch's own: ``cpu_layout`` (NCHW or NHWC memory on CPU devices, chosen by timing)
+torch's own: ``cpu_layout`` (NCHW or NHWC memory on CPU devices, shipped per CPU kind)
 and ``gpu`` (cuDNN's algorithm timing and channels-last memory on a GPU); the model's
 ``windows`` (convolutions' and pools' padding, worked out once per node) and
 ``tokens`` (a transformer's class token, position embedding and attention,

@@ -1,5 +1,6 @@
-"""The torch engine's image layout on CPUs (multidev_torch.cpu_layout): timed once per model, shard shape and precision,
-kept per CPU kind, pinned by MULTIDEV_TORCH_LAYOUT, and a run that measured equals one that only ran its choice."""
+"""The torch engine's image layout on CPUs (multidev_torch.cpu_layout): shipped per CPU kind, precision and kind of
+network; with MULTIDEV_TORCH_LAYOUT=measure timed once per model, shard shape and precision and kept per CPU kind;
+pinned by nchw or nhwc; a run that measured equals one that only ran its choice."""
 
 from __future__ import annotations
 
@@ -28,13 +29,28 @@ SPEC = multidev.ModelSpec("layout", (2, 8, 8), 3, graph=definition().graph())
 
 
 @pytest.fixture
-def measuring(monkeypatch, tmp_path):
+def unpinned(monkeypatch, tmp_path):
     """No pin, and a choices file of this test's own (in tmp_path, as ~/.cache would hold it)."""
     monkeypatch.delenv(cpu_layout.ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     kept = KeptChoices("layout.json", cpu_layout.FORMS, cpu_layout._folder)
     monkeypatch.setattr(cpu_layout, "_kept", kept)
     return kept
+
+
+@pytest.fixture
+def measuring(unpinned, monkeypatch):
+    """Runs that time both layouts (``MULTIDEV_TORCH_LAYOUT=measure``), with a choices file of the test's own."""
+    monkeypatch.setenv(cpu_layout.ENV, "measure")
+    return unpinned
+
+
+def as_kind(monkeypatch, kind: str) -> None:
+    monkeypatch.setattr(cpu_layout, "this_cpu_kind", lambda: kind)
+
+
+def never() -> float:
+    raise AssertionError("a run that takes the shipped layout times none")
 
 
 def replicas(rows=8, **setup):
@@ -45,6 +61,7 @@ def replicas(rows=8, **setup):
 def test_a_run_times_both_layouts_once_and_keeps_the_choice(measuring, tmp_path):
     reps = replicas()
     assert len(measuring.measured) == 1, "the layout was not timed"
+    assert cpu_layout.describe().startswith("measured on this CPU")
     files = list(tmp_path.glob("multidev/torch/*/layout.json"))
     assert len(files) == 1, f"the choice is not kept per CPU kind: {files}"
     kept = json.loads(files[0].read_text())
@@ -53,7 +70,7 @@ def test_a_run_times_both_layouts_once_and_keeps_the_choice(measuring, tmp_path)
     measuring.forget()
     replicas()
     assert len(measuring.measured) == 1, "a later run timed again instead of reading the kept choice"
-    assert "for 1" in cpu_layout.describe()
+    assert "NHWC (channels_last) for 1" in cpu_layout.describe() or "NCHW for 1" in cpu_layout.describe()
 
 
 def test_a_run_that_measured_equals_one_pinned_to_its_choice(measuring, monkeypatch):
@@ -104,3 +121,40 @@ def test_a_jobs_processes_take_the_kept_choice_and_time_nothing(measuring):
     assert cpu_layout.chosen(job, build(SPEC), cuda=False) == frozenset() and measuring.measured == []
     replicas()  # one process of 2 devices and 8 rows: the job's shard shape (4 rows), timed and kept
     assert cpu_layout.chosen(job, build(SPEC), cuda=False) == replicas().forms and len(measuring.measured) == 1
+
+
+@pytest.mark.parametrize("kind, precision, network, form", [
+    ("intel-xeon-amx", "fp32", "resnet18", "nchw"), ("intel-xeon-amx", "bf16", "resnet18", "nhwc"),
+    ("intel-xeon-amx", "fp32", "mobilenet_v2", "nhwc"), ("intel-xeon-amx", "fp32", "vit", "nchw"),
+    ("amd-epyc-zen4", "bf16", "resnet18", "nchw"), ("amd-epyc-zen3", "fp32", "mobilenet_v2", "nhwc"),
+    ("intel-avx2", "bf16", "resnet18", "nhwc"), ("aarch64", "fp32", "mobilenet_v2", "nchw")])
+def test_a_run_takes_its_kinds_shipped_layout_and_times_nothing(unpinned, monkeypatch, kind, precision, network,
+                                                                  form):
+    """Per precision and kind of network; a kind never met takes its vendor's nearest table, another CPU NCHW."""
+    from multidev_torch.model import build
+
+    as_kind(monkeypatch, kind)
+    monkeypatch.setattr(cpu_layout, "_timer", lambda *_: never)
+    spec = multidev.ModelSpec(network, (3, 32, 32), 10)
+    setup = multidev.Setup(spec, (multidev.Device.parse("cpu:0"),), rows=8, precision=precision)
+    assert cpu_layout.chosen(setup, build(spec), cuda=False) == ({"channels_last"} if form == "nhwc" else set())
+    assert unpinned.measured == [] and unpinned.counts() == {"nchw": 0, "nhwc": 0}
+
+
+def test_the_note_says_what_is_shipped_and_what_is_kept(unpinned, monkeypatch):
+    as_kind(monkeypatch, "intel-xeon-amx")
+    assert cpu_layout.describe().startswith("NCHW; NHWC (channels_last) in bf16 and for networks with depthwise "
+                                            "convolutions; shipped for intel-xeon-amx (MULTIDEV_TORCH_LAYOUT=measure")
+    as_kind(monkeypatch, "aarch64")
+    assert cpu_layout.describe().startswith("NCHW (MULTIDEV_TORCH_LAYOUT=measure")
+    unpinned.put("key:4:fp32", "nhwc")
+    assert "taken first where kept: measured on this CPU" in cpu_layout.describe()
+
+
+def test_a_kept_choice_stands_before_the_shipped_one(measuring, monkeypatch):
+    """A run after a measuring one computes as it did, whatever its kind ships."""
+    monkeypatch.setattr(cpu_layout, "_timer", lambda model, setup, rows, form: lambda: {"nchw": 2.0, "nhwc": 1.0}[form])
+    assert replicas().forms == {"channels_last"}
+    monkeypatch.delenv(cpu_layout.ENV)
+    as_kind(monkeypatch, "aarch64")  # ships NCHW
+    assert replicas().forms == {"channels_last"} and len(measuring.measured) == 1

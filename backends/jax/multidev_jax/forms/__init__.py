@@ -13,9 +13,11 @@ core) and ``conv_inputs`` (a convolution's input written once or recomputed
 where read). None of them changes what a step computes, only how fast.
 """
 
+from multidev.engine import network_traits
+
 from .choice import Choice
 from .conv_inputs import CONV_INPUTS
-from .decided import Forms, decide, network_traits, settle
+from .decided import Forms, decide, settle
 from .parts import PARTS
 from .sums import SUMS
 from .threads import THREADS

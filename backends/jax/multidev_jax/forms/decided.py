@@ -17,7 +17,6 @@ from typing import Callable, Optional
 import jax
 
 from multidev.engine import ModelSpec
-from multidev.nn import layers
 
 from . import conv_inputs, parts, sums
 from .conv_inputs import CONV_INPUTS
@@ -67,23 +66,11 @@ def settle(spec: ModelSpec, named: list[jax.Device], processes: int, measure: bo
                  sums=settled.sums or sums.SUMS.unmeasured, threads=settled.threads or THREADS.unmeasured)
 
 
-def network_traits(spec: ModelSpec) -> frozenset[str]:
-    """What in a network a CPU kind's shipped forms may depend on: ``attention`` (a transformer's), ``depthwise``
-    (grouped convolutions, as MobileNet's)."""
-    found = set()
-    for node in spec.graph.nodes:
-        if isinstance(node.layer, (layers.MultiHeadAttention, layers.WindowAttention)):
-            found.add("attention")
-        elif isinstance(node.layer, layers.Conv2d) and node.layer.groups > 1:
-            found.add("depthwise")
-    return frozenset(found)
-
-
 def decide(settled: Forms, named: list[jax.Device], length: int, program: tuple,
            seconds: Callable[[Forms], float], traits: frozenset[str] = frozenset()) -> Forms:
     """``settled`` with the convolutions' inputs, then the parts, decided: each kept, else the faster by ``seconds``
     (a train step timed in those forms; each form timed once, whichever choice asks), else shipped for this CPU kind
-    and a network of ``traits`` (:func:`network_traits`).
+    and a network of ``traits`` (:func:`multidev.engine.network_traits`).
 
     ``length``: the shard length timed; ``program``: the step besides shapes, devices and forms (the keys' recipe).
     """

@@ -8,7 +8,7 @@ thread for 55 programs and every core for 32). So a run takes, for each
 choice, the form this table gives for its CPU kind (:func:`multidev.engines.cpu_kind.this_cpu_kind`),
 a kind never met the table of the nearest one of its vendor, and any other
 CPU each choice's unmeasured form; where a kind's forms differed by network,
-its ``BY_TRAIT`` gives them per trait (:func:`..forms.decided.network_traits`).
+its ``BY_TRAIT`` gives them per trait (:func:`multidev.engine.network_traits`).
 The same command then computes the same way on every machine of a kind,
 whether or not it ever measured.
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from multidev.engine import pinned_form
-from multidev.engines.cpu_kind import this_cpu_kind
+from multidev import engine
+from multidev.engine import pinned_form, this_cpu_kind
 
 ENV = "MULTIDEV_JAX_FORMS"
 MODES = ("shipped", "measure")
@@ -37,8 +37,6 @@ SHIPPED: dict[str, dict[str, str]] = {
     # threads one 55 / cores 32, parts whole 14 / split 1
     "amd-epyc-zen3": {"sums": "matvec", "threads": "one", "parts": "whole", "conv_inputs": "once"},
 }
-#: a kind never met takes the table of its vendor's nearest kind
-NEAREST = {"intel": "intel-xeon-amx", "amd": "amd-epyc-zen4"}
 #: kind -> choice -> a network's trait (``network_traits``) -> its form, where measuring chose otherwise for it
 BY_TRAIT: dict[str, dict[str, dict[str, str]]] = {
     # one device split in two parts (batch 32, five steps): the ViT 897 against 565 samples/s whole, MobileNetV2
@@ -55,10 +53,8 @@ def measuring() -> bool:
 
 def kind_table(kind: str) -> tuple[str, dict[str, str]]:
     """(the kind whose table a CPU of ``kind`` takes, that table), or (``kind``, {}) for none."""
-    if kind in SHIPPED:
-        return kind, SHIPPED[kind]
-    nearest = NEAREST.get(kind.split("-")[0])
-    return (nearest, SHIPPED[nearest]) if nearest else (kind, {})
+    taken, table = engine.kind_table(kind, SHIPPED)
+    return taken, table or {}
 
 
 def shipped(choice: str, traits: frozenset[str] = frozenset()) -> Optional[str]:
@@ -69,12 +65,6 @@ def shipped(choice: str, traits: frozenset[str] = frozenset()) -> Optional[str]:
     return next((by_trait[t] for t in sorted(traits) if t in by_trait), table.get(choice))
 
 
-#: how ``multidev backends`` names each trait
-TRAIT_WORDS = {"attention": "attention", "depthwise": "depthwise convolutions"}
-
-
 def trait_note(choice: str) -> str:
     """What ``multidev backends`` adds for a choice shipped otherwise for some networks ("" for none)."""
-    by_trait = BY_TRAIT.get(kind_table(this_cpu_kind())[0], {}).get(choice, {})
-    forms = {form: [TRAIT_WORDS[t] for t in sorted(by_trait) if by_trait[t] == form] for form in by_trait.values()}
-    return "".join(f" ({form} for networks with {' or '.join(words)})" for form, words in sorted(forms.items()))
+    return engine.trait_note(BY_TRAIT.get(kind_table(this_cpu_kind())[0], {}).get(choice, {}))
