@@ -8,9 +8,10 @@ Threads are set as the ``multidev`` command sets them, and each row says the
 engine's version and threads. The first step's seconds count the process's
 imports, compilation and any measuring, the replicas built as a run builds them
 (its batch's rows given); the first round starts cold (a compilation cache and
-cache folder of each engine's own: no executable, no kept choice), later rounds
-load what it kept ("cached first step s": JAX's programs, torch's layout; an
-engine that keeps nothing has none). The peak
+cache folder of each row's own: no executable, no kept choice), later rounds
+load what it kept ("cached first step s": JAX's programs, or a layout torch
+measured under ``MULTIDEV_TORCH_LAYOUT=measure``; an engine that keeps nothing
+has none). The peak
 is the larger of the best matrix product numpy, torch and JAX measure here and
 the vector units' own (fp32 lanes x 2 FMA units x 2 x cores x the clock
 /proc/cpuinfo gives), both stated in the notes.
@@ -104,15 +105,17 @@ def main() -> None:
 
 def time_all(args, counts: list[int]) -> dict[tuple[str, int], list[dict[str, Any]]]:
     """Every (engine, device count)'s runs, the counts alternating within each round."""
-    # the first round compiles cold, with no kept choice (each engine's cache home its own), later ones load what
-    # it kept: a JAX run its programs, a torch run its measured layout; an engine that keeps nothing stays cold
+    # the first round compiles cold, with no kept choice (each row's cache home its own: JAX's one device split in
+    # two parts compiles the program of two devices), later ones load what it kept (a JAX run its programs); an
+    # engine that keeps nothing stays cold
     cache = tempfile.mkdtemp(prefix="bench-compile-cache-")
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     try:
         for backend in args.backends.split(","):
-            home = f"{cache}/{backend}"
-            env = {"MULTIDEV_COMPILE_CACHE": f"{home}/jax-compile", "XDG_CACHE_HOME": home}
-            contenders = {k: partial(harness.fresh, worker, env=env,
+            homes = {k: f"{cache}/{backend}-{k}" for k in counts}  # one per row: another row's program is not its cold
+            envs = {k: {"MULTIDEV_COMPILE_CACHE": f"{home}/jax-compile", "XDG_CACHE_HOME": home}
+                    for k, home in homes.items()}
+            contenders = {k: partial(harness.fresh, worker, env=envs[k],
                                      label=f"{backend} x{k}", backend=backend, k=k, batch=args.batch,
                                      size=args.size, model=args.model, steps=args.steps, repeats=args.repeats)
                           for k in counts}
