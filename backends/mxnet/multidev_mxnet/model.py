@@ -137,9 +137,20 @@ def _aligned(F, xs, shapes):
             for x, shape in zip(xs, shapes)]
 
 
+def _clip(F, x, low: float, high: float):
+    """clip(x, low, high) whose gradient flows strictly inside the bounds, as torch's hardtanh, ``jax.nn.relu6`` and
+    the reference; NaN passes.
+
+    MXNet's ``clip`` passes it at both bounds, and ``maximum`` and ``minimum``
+    hand a tie's gradient to their first operand: the bounds go first.
+    """
+    zeros = F.zeros_like(x)
+    return F.maximum(zeros + low, F.minimum(zeros + high, x))
+
+
 def _hard_sigmoid(F, x):
     """torch's clip(x / 6 + 1/2, 0, 1): scalars in double (``hard_sigmoid``'s alpha is a float32 1/6)."""
-    return F.clip(x / 6.0 + 0.5, 0.0, 1.0)
+    return _clip(F, x / 6.0 + 0.5, 0.0, 1.0)
 
 
 #: the layers without parameters: (F, layer, inputs, their shapes per sample) -> output; float64's (exact) forms
@@ -148,7 +159,7 @@ _FUNCTIONS: dict[type, Callable] = {
     mnn.GELU: _gelu,
     mnn.Tanh: lambda F, layer, xs, shapes: F.tanh(xs[0]),
     mnn.Sigmoid: lambda F, layer, xs, shapes: F.sigmoid(xs[0]),
-    mnn.ReLU6: lambda F, layer, xs, shapes: F.clip(xs[0], 0.0, 6.0),
+    mnn.ReLU6: lambda F, layer, xs, shapes: _clip(F, xs[0], 0.0, 6.0),
     mnn.LeakyReLU: lambda F, layer, xs, shapes: F.LeakyReLU(xs[0], act_type="leaky", slope=layer.negative_slope),
     mnn.SiLU: lambda F, layer, xs, shapes: xs[0] * F.sigmoid(xs[0]),
     mnn.HardSigmoid: lambda F, layer, xs, shapes: _hard_sigmoid(F, xs[0]),

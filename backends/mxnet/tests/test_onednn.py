@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import multidev
-from multidev import nn
+from multidev import nn, reference
 from multidev.rules.models import ModelSpec
 from multidev_mxnet import model, onednn
 from multidev_mxnet.runtime import mxnet
@@ -56,62 +56,39 @@ EDGES = np.array([-np.inf, -7.0, -1e-30, -0.0, *_around(0.0), 1e-30, 3.0, *_arou
 
 
 @pytest.mark.parametrize("hybrid", [False, True], ids=["imperative", "compiled"])
-def test_relu6_is_clip_exactly_in_values_and_gradients(hybrid):
-    """Both bounds inclusive, as clip's gradient has them; NaN passes, as clip lets it."""
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_exact_relu6_passes_a_gradient_strictly_inside_its_bounds(hybrid, dtype):
+    """As torch's hardtanh, jax.nn.relu6 and the reference: none at exactly 0 (either sign) or 6; NaN passes."""
+    x = np.concatenate([EDGES, [np.nan]]).reshape(1, 1, -1, 1)
+    got, grad = _value_and_grad(lambda F, v: model._clip(F, v, 0.0, 6.0), x, hybrid, dtype)
+    values = x.ravel().astype(dtype)
+    want, inside = reference.layers.relu6(values)
+    np.testing.assert_array_equal(got.ravel(), want)
+    np.testing.assert_array_equal(grad.ravel() > 0, inside)
+    assert inside[list(EDGES).index(6.0)] == False and inside[list(EDGES).index(3.0)] == True  # noqa: E712
+
+
+@pytest.mark.parametrize("hybrid", [False, True], ids=["imperative", "compiled"])
+def test_relu6_is_the_exact_form_in_values_and_gradients_but_on_its_bounds(hybrid):
+    """Its values the exact form's; its gradient too, but for inputs exactly 0 or 6, where it passes; NaN passes."""
     rng = np.random.default_rng(0)
     x = np.concatenate([EDGES, rng.normal(0, 4, 2018).astype(np.float32)]).reshape(2, 1, -1, 4)
-    want, want_grad = _value_and_grad(lambda F, v: F.clip(v, 0.0, 6.0), x, hybrid)
+    want, want_grad = _value_and_grad(lambda F, v: model._clip(F, v, 0.0, 6.0), x, hybrid)
     got, got_grad = _value_and_grad(lambda F, v: onednn.clip(F, v, 6.0), x, hybrid)
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(got_grad, want_grad)
-    assert set(np.unique(want_grad.ravel()[:len(EDGES)] > 0)) == {False, True}  # the edges cut both ways
+    bounds = (x == 0.0) | (x == 6.0)
+    np.testing.assert_array_equal(got_grad[~bounds], want_grad[~bounds])
+    assert bounds.sum() == 3 and (got_grad[bounds] > 0).all() and (want_grad[bounds] == 0).all()  # -0, 0, 6
     nan, _ = _value_and_grad(lambda F, v: onednn.clip(F, v, 6.0), np.array([np.nan, 1.0], np.float32), hybrid)
     assert np.isnan(nan[0]) and nan[1] == 1.0
 
 
-def _layer_norm_grads(x, gamma, beta, og, dtype: str, fast: bool) -> list[np.ndarray]:
-    """Output and gradients (x, gamma, beta) of MXNet's LayerNorm in ``dtype``, or of float32's form."""
-    units = x.shape[-1]
-    arrays = [nd.array(a, dtype=dtype) for a in (x, gamma, beta)]
-    for a in arrays:
-        a.attach_grad()
-    mean, spread = nd.full((1, units), 1.0 / units), nd.ones((units, 1))
-    with autograd.record():
-        if fast:
-            out = onednn.layer_norm(nd, *arrays, mean, spread, 1e-6, units)
-        else:
-            out = nd.LayerNorm(*arrays, axis=-1, eps=1e-6)
-    out.backward(nd.array(og, dtype=dtype))
-    return [out.asnumpy()] + [a.grad.asnumpy() for a in arrays]
-
-
-@pytest.mark.parametrize("shape", [(4, 65, 64), (3, 7, 60)], ids=["vit", "odd-width"])
-def test_layer_norm_form_matches_the_float64_operator(shape):
-    """Output, input gradient and the scale's and shift's gradients (sums over rows), within float32's rounding;
-    a width whose 1 / units is no float32 number; rows off zero mean and unit spread."""
-    rng = np.random.default_rng(1)
-    x = rng.normal(0.5, 3.0, shape).astype(np.float32)
-    gamma, beta = rng.uniform(0.5, 1.5, shape[-1:]), rng.normal(0, 1, shape[-1:])
-    og = rng.normal(0, 1, shape)
-    want = _layer_norm_grads(x, gamma, beta, og, "float64", fast=False)
-    got = _layer_norm_grads(x, gamma, beta, og, "float32", fast=True)
-    for name, g, w in zip(("output", "x grad", "gamma grad", "beta grad"), got, want):
-        err = float(np.max(np.abs(g - w)) / np.max(np.abs(w)))
-        assert err < 1e-5, f"float32 LayerNorm's {name} is {err:.1e} (relative) from float64's"
-
-
-@pytest.mark.parametrize("keepdims", [False, True])
-def test_global_average_pooling_matches_the_float64_mean(keepdims):
-    class Layer:
-        pass
-
-    Layer.keepdims = keepdims
-    x = np.random.default_rng(2).normal(1.0, 2.0, (4, 40, 4, 4)).astype(np.float32)
-    got, got_grad = _value_and_grad(lambda F, v: onednn.global_avg_pool(F, Layer, [v], [x.shape[1:]]), x, True)
-    want, want_grad = _value_and_grad(lambda F, v: F.mean(v, axis=(2, 3), keepdims=keepdims), x, True, "float64")
-    assert got.shape == want.shape == ((4, 40, 1, 1) if keepdims else (4, 40))
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max())
-    np.testing.assert_allclose(got_grad, want_grad, rtol=0, atol=1e-6 * np.abs(want_grad).max())
+def test_hard_sigmoid_passes_a_gradient_strictly_inside_its_bounds():
+    x = np.array([-4.0, -3.0, -2.0, 0.0, 2.0, 3.0, 4.0])
+    got, grad = _value_and_grad(lambda F, v: model._hard_sigmoid(F, v), x, True, "float64")
+    want, inside = reference.layers.hard_sigmoid(x)
+    np.testing.assert_allclose(got, want, rtol=1e-15)
+    np.testing.assert_array_equal(grad > 0, inside)
 
 
 def _definition() -> nn.Model:
@@ -140,8 +117,9 @@ def _operators(dtype: str) -> dict[str, list[str]]:
 
 def test_float64_keeps_the_exact_forms_and_float32_takes_its_own():
     exact, fast = _operators("float64"), _operators("float32")
-    assert {"clip", "LayerNorm", "mean"} <= set(exact) and len(exact["FullyConnected"]) == 1  # the classifier
-    assert not {"clip", "LayerNorm", "mean"} & set(fast) and len(fast["FullyConnected"]) == 1 + 5 + 1
+    assert {"_minimum", "LayerNorm", "mean"} <= set(exact) and len(exact["FullyConnected"]) == 1  # the classifier
+    assert not {"_minimum", "LayerNorm", "mean"} & set(fast) and len(fast["FullyConnected"]) == 1 + 5 + 1
+    assert "_minimum_scalar" in fast and "_minimum_scalar" not in exact  # ReLU6's bound given last
     statistics = [name for name in fast["FullyConnected"] if onednn.KEEP_FLOAT32 in name]
     assert len(statistics) == 5 + 1  # LayerNorm's, the pooling's: bfloat16 leaves them in float32
 
