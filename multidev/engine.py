@@ -15,10 +15,10 @@ from multidev.engines.cpu_flags import cpu_flags
 from multidev.engines.cpu_kind import this_cpu_kind
 from multidev.engines.idioms import MultiProcess, ReplicaStates, WaitedSteps, labels, predictions
 from multidev.engines.lockstep import AllGather, combine_moments, run_lockstep
-from multidev.engines.shipped import TRAIT_WORDS, kind_table, network_traits, trait_note
 from multidev.engines.protocol import (Accumulates, Backend, BatchT, MultiProcessBackend, OptimizerState,
                                        PendingStats, PlansCpuDevices, QueuesSteps, Replicas, Setup, StepStats,
                                        plan_cpu_devices)
+from multidev.engines.shipped import TRAIT_WORDS, kind_table, network_traits, trait_note
 from multidev.errors import MultidevError, PeerLost, first_line
 from multidev.nn.layers import LAYERS, LN_EPS
 from multidev.nn.zoo import Block, resnet18_blocks

@@ -57,12 +57,13 @@ def clip(F, x, high: float):
     after it, which with the data in the one of the convolution before it
     (aBcd8b against aBcd16b) sends oneDNN to its reference kernel (210 ms a
     call). The minimum first: it alone then reads ``x`` out of oneDNN's layout.
-    The bounds' ties cannot go to the bounds here: given first, or as a mask
-    (``low * (low > 0)``, which also turns -inf into NaN) or a ``where``, the
-    same happens to MobileNetV2's backward (12-14 samples/s against 44-56) or
-    it slows by a third. An input exactly on a bound is rarer than float32's
-    rounding moving one across it (MobileNetV2's first float32 batch: once in
-    96 million inputs).
+    Giving the bounds their ties, as the exact form does, costs here: with
+    the bound first, the same reference kernel returns (MobileNetV2 at 12-14
+    samples/s against 44-56); a mask, ``low * (low > 0)``, is as fast but
+    turns -inf into NaN; a ``where``, or the mask after a clamp of -inf, costs
+    a third. An input exactly on a bound is rarer than float32's rounding
+    moving one across it (MobileNetV2's first float32 batch: once in 96
+    million inputs).
     """
     low = F.minimum(x, high)
     return F.maximum(low, F.zeros_like(low))
