@@ -83,6 +83,51 @@ def test_relu6_is_the_exact_form_in_values_and_gradients_but_on_its_bounds(hybri
     assert np.isnan(nan[0]) and nan[1] == 1.0
 
 
+def _layer_norm_grads(x, gamma, beta, og, dtype: str, fast: bool) -> list[np.ndarray]:
+    """Output and gradients (x, gamma, beta) of MXNet's LayerNorm in ``dtype``, or of float32's form."""
+    units = x.shape[-1]
+    arrays = [nd.array(a, dtype=dtype) for a in (x, gamma, beta)]
+    for a in arrays:
+        a.attach_grad()
+    mean, spread = nd.full((1, units), 1.0 / units), nd.ones((units, 1))
+    with autograd.record():
+        if fast:
+            out = onednn.layer_norm(nd, *arrays, mean, spread, 1e-6, units)
+        else:
+            out = nd.LayerNorm(*arrays, axis=-1, eps=1e-6)
+    out.backward(nd.array(og, dtype=dtype))
+    return [out.asnumpy()] + [a.grad.asnumpy() for a in arrays]
+
+
+@pytest.mark.parametrize("shape", [(4, 65, 64), (3, 7, 60)], ids=["vit", "odd-width"])
+def test_layer_norm_form_matches_the_float64_operator(shape):
+    """Output, input gradient and the scale's and shift's gradients (sums over rows), within float32's rounding;
+    a width whose 1 / units is no float32 number; rows off zero mean and unit spread."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(0.5, 3.0, shape).astype(np.float32)
+    gamma, beta = rng.uniform(0.5, 1.5, shape[-1:]), rng.normal(0, 1, shape[-1:])
+    og = rng.normal(0, 1, shape)
+    want = _layer_norm_grads(x, gamma, beta, og, "float64", fast=False)
+    got = _layer_norm_grads(x, gamma, beta, og, "float32", fast=True)
+    for name, g, w in zip(("output", "x grad", "gamma grad", "beta grad"), got, want):
+        err = float(np.max(np.abs(g - w)) / np.max(np.abs(w)))
+        assert err < 1e-5, f"float32 LayerNorm's {name} is {err:.1e} (relative) from float64's"
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_global_average_pooling_matches_the_float64_mean(keepdims):
+    class Layer:
+        pass
+
+    Layer.keepdims = keepdims
+    x = np.random.default_rng(2).normal(1.0, 2.0, (4, 40, 4, 4)).astype(np.float32)
+    got, got_grad = _value_and_grad(lambda F, v: onednn.global_avg_pool(F, Layer, [v], [x.shape[1:]]), x, True)
+    want, want_grad = _value_and_grad(lambda F, v: F.mean(v, axis=(2, 3), keepdims=keepdims), x, True, "float64")
+    assert got.shape == want.shape == ((4, 40, 1, 1) if keepdims else (4, 40))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max())
+    np.testing.assert_allclose(got_grad, want_grad, rtol=0, atol=1e-6 * np.abs(want_grad).max())
+
+
 def test_hard_sigmoid_passes_a_gradient_strictly_inside_its_bounds():
     x = np.array([-4.0, -3.0, -2.0, 0.0, 2.0, 3.0, 4.0])
     got, grad = _value_and_grad(lambda F, v: model._hard_sigmoid(F, v), x, True, "float64")
