@@ -22,15 +22,15 @@ NEAREST = {"intel": "intel-xeon-amx", "amd": "amd-epyc-zen4"}
 #: how ``multidev backends`` names each trait of :func:`network_traits`
 TRAIT_WORDS = {"attention": "attention", "depthwise": "depthwise convolutions"}
 
-Table = TypeVar("Table")
+Form = TypeVar("Form")
 
 
-def kind_table(kind: str, tables: Mapping[str, Table]) -> tuple[str, Table | None]:
-    """(the kind whose table a CPU of ``kind`` takes, that table), or (``kind``, None) for none."""
+def kind_table(kind: str, tables: Mapping[str, Mapping[str, Form]]) -> tuple[str, Mapping[str, Form]]:
+    """(the kind whose table a CPU of ``kind`` takes, that table), or (``kind``, {}) for none."""
     if kind in tables:
         return kind, tables[kind]
     nearest = NEAREST.get(kind.split("-")[0])
-    return (nearest, tables[nearest]) if nearest in tables else (kind, None)
+    return (nearest, tables[nearest]) if nearest in tables else (kind, {})
 
 
 def network_traits(spec: ModelSpec) -> frozenset[str]:
@@ -45,9 +45,7 @@ def network_traits(spec: ModelSpec) -> frozenset[str]:
     return frozenset(found)
 
 
-def trait_note(by_trait: Mapping[str, str], labels: Mapping[str, str] | None = None) -> str:
+def trait_note(by_trait: Mapping[str, str]) -> str:
     """What ``multidev backends`` adds for forms shipped per trait (``by_trait``: trait -> form), "" for none."""
-    labels = labels or {}
     forms = {form: [TRAIT_WORDS[t] for t in sorted(by_trait) if by_trait[t] == form] for form in by_trait.values()}
-    return "".join(f" ({labels.get(form, form)} for networks with {' or '.join(words)})"
-                   for form, words in sorted(forms.items()))
+    return "".join(f" ({form} for networks with {' or '.join(words)})" for form, words in sorted(forms.items()))

@@ -26,7 +26,7 @@ import hashlib
 import math
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 import torch
 import torch.nn.functional as F
@@ -69,7 +69,6 @@ def pinned() -> Optional[str]:
 def shipped(precision: str, traits: frozenset[str] = frozenset()) -> str:
     """The layout shipped for this CPU kind, a run's ``precision`` and a network of ``traits``."""
     _, table = kind_table(this_cpu_kind(), SHIPPED)
-    table = table or {}
     return next((table[t] for t in sorted(traits) if t in table), table.get(precision, table.get("fp32", DEFAULT)))
 
 
@@ -128,7 +127,7 @@ def _timer(model: nn.Module, setup: Setup, rows: int, form: str) -> Callable[[],
     return seconds
 
 
-def _shipped_note(table: dict[str, str]) -> str:
+def _shipped_note(table: Mapping[str, str]) -> str:
     """A kind's table in words: its float32 layout, then where it takes the other."""
     base = table.get("fp32", DEFAULT)
     where = [f"in {p}" for p in ("bf16",) if table.get(p, base) != base]
@@ -146,7 +145,7 @@ def describe() -> str:
     if form == "measure":
         return _kept.summary(when, ENV, LABELS)
     kind, table = kind_table(this_cpu_kind(), SHIPPED)
-    note = _shipped_note(table or {})
+    note = _shipped_note(table)
     note += f"; shipped for {kind}" if table else ""
     note += f" ({ENV}=measure times both {when})"
     if any(_kept.counts().values()):  # an earlier measuring run's choices, taken first where they hold

@@ -19,7 +19,7 @@ cache; kept winners are taken before this table in either mode.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional
 
 from multidev import engine
 from multidev.engine import pinned_form, this_cpu_kind
@@ -51,10 +51,9 @@ def measuring() -> bool:
     return pinned_form(ENV, MODES) == "measure"
 
 
-def kind_table(kind: str) -> tuple[str, dict[str, str]]:
+def kind_table(kind: str) -> tuple[str, Mapping[str, str]]:
     """(the kind whose table a CPU of ``kind`` takes, that table), or (``kind``, {}) for none."""
-    taken, table = engine.kind_table(kind, SHIPPED)
-    return taken, table or {}
+    return engine.kind_table(kind, SHIPPED)
 
 
 def shipped(choice: str, traits: frozenset[str] = frozenset()) -> Optional[str]:
