@@ -8,7 +8,7 @@ from multidev.engine import LAYERS, MultiProcess, Setup, State
 
 from . import bf16_support, distributed
 from .devices import gpu_count
-from .runtime import THREADS_ENV, mxnet, threads_note
+from .runtime import THREADS_ENV, load_note, mxnet, threads_note
 
 if TYPE_CHECKING:
     from .parallel import MXNetReplicas
@@ -36,7 +36,8 @@ class MXNetBackend(MultiProcess):
     def settings(self) -> dict[str, str]:
         mxnet()  # the thread count is fixed when MXNet loads: say what it became
         return {"threads": f"{threads_note()} (read once, when MXNet loads: set {THREADS_ENV} before it "
-                           f"loads, as `multidev train --threads N` does)", "bf16": bf16_support.bf16_note()}
+                           f"loads, as `multidev train --threads N` does)", "kernels": load_note(),
+                "bf16": bf16_support.bf16_note()}
 
     def gpu_count(self) -> int:
         return gpu_count()

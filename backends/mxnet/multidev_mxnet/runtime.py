@@ -33,11 +33,13 @@ are read once, as the library loads, and put back after the import alone.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import logging
 import os
 import sys
 import warnings
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
@@ -52,6 +54,30 @@ _state: dict[str, str] = {}
 def threads_note() -> str:
     """How many threads MXNet runs on and why ("" before MXNet is loaded)."""
     return _state.get("threads", "")
+
+
+def openblas_kernels(module: ModuleType) -> str:
+    """The kernels MXNet's own OpenBLAS took as it loaded ("" where its wheel has none)."""
+    found = sorted(Path(module.__file__).parent.glob("libopenblas.so*"))
+    if not found:
+        return ""
+    blas = ctypes.CDLL(str(found[0]))  # already loaded by MXNet: the same library, nothing initialised again
+    blas.openblas_get_corename.restype = ctypes.c_char_p
+    return blas.openblas_get_corename().decode()
+
+
+def load_note() -> str:
+    """What the engine added to MXNet's environment as it loaded, and the OpenBLAS kernels that came of it ("" before
+    MXNet is loaded)."""
+    added = _state.get("loaded with")
+    if added is None:
+        return ""
+    kernels = openblas_kernels(sys.modules["mxnet"])
+    said = f"; OpenBLAS runs its {kernels} kernels" if kernels else ""
+    if added == "before":
+        return f"mxnet was imported before the engine: its load-time settings are the environment's own{said}"
+    return f"loaded with {added or 'the environment as it was'} (read once, as MXNet loads; the environment's own " \
+           f"values stand){said}"
 
 
 #: what MXNet imports and training never uses: hidden from its import (an ImportError it catches)
@@ -122,13 +148,14 @@ def mxnet() -> ModuleType:
     if "mxnet" in sys.modules:
         module = sys.modules["mxnet"]
         _state.setdefault("threads", _describe(imported_before=True))
+        _state.setdefault("loaded with", "before")
         return module
     module = _import()
     _state["threads"] = _describe(imported_before=False)
-    log.info("mxnet %s: %s; loaded with %s", module.__version__, threads_note(), _state["loaded with"] or "-")
+    log.info("mxnet %s: %s; %s", module.__version__, threads_note(), load_note())
     if "uses" in threads_note():
         warnings.warn(threads_note(), stacklevel=2)
     return module
 
 
-__all__ = ["THREADS_ENV", "load_env", "mxnet", "openblas_core", "threads_note", "usable_cores"]
+__all__ = ["THREADS_ENV", "load_env", "load_note", "mxnet", "openblas_core", "threads_note", "usable_cores"]
