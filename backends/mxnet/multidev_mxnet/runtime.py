@@ -26,9 +26,10 @@ facts of MXNet 1.9.1 matter when it loads:
   model 207: a ViT's ``batch_dot`` at 1.86 ms a call, with the AVX2 kernels
   1.16 ms.
 
-So MXNet loads with :func:`load_env`'s settings (each unless the environment names it):
-the tuning off, and OpenBLAS's kernels named for the CPU's vector units. Both
-are read once, as the library loads, and put back after the import alone.
+So MXNet loads with :func:`load_env`'s settings, each where the environment
+names none: the tuning off, and OpenBLAS's kernels named for the CPU's vector
+units. Both are read once, as the library loads, so they are set for the
+import alone.
 """
 
 from __future__ import annotations
@@ -62,8 +63,11 @@ def openblas_kernels(module: ModuleType) -> str:
     if not found:
         return ""
     blas = ctypes.CDLL(str(found[0]))  # already loaded by MXNet: the same library, nothing initialised again
-    blas.openblas_get_corename.restype = ctypes.c_char_p
-    return blas.openblas_get_corename().decode()
+    corename = getattr(blas, "openblas_get_corename", None)
+    if corename is None:
+        return ""
+    corename.restype = ctypes.c_char_p
+    return corename().decode()
 
 
 def load_note() -> str:
