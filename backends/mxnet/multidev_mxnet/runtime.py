@@ -73,12 +73,12 @@ def openblas_kernels(module: ModuleType) -> str:
 def load_note() -> str:
     """What the engine added to MXNet's environment as it loaded, and the OpenBLAS kernels that came of it ("" before
     MXNet is loaded)."""
-    added = _state.get("loaded with")
-    if added is None:
+    if sys.modules.get("mxnet") is None:
         return ""
     kernels = openblas_kernels(sys.modules["mxnet"])
     said = f"; OpenBLAS runs its {kernels} kernels" if kernels else ""
-    if added == "before":
+    added = _state.get("loaded with")
+    if added is None:  # set by this module's import of MXNet alone
         return f"mxnet was imported before the engine: its load-time settings are the environment's own{said}"
     return f"loaded with {added or 'the environment as it was'} (read once, as MXNet loads; the environment's own " \
            f"values stand){said}"
@@ -152,7 +152,6 @@ def mxnet() -> ModuleType:
     if "mxnet" in sys.modules:
         module = sys.modules["mxnet"]
         _state.setdefault("threads", _describe(imported_before=True))
-        _state.setdefault("loaded with", "before")
         return module
     module = _import()
     _state["threads"] = _describe(imported_before=False)
