@@ -10,6 +10,8 @@ import numpy as np
 from multidev.data import cifar10, fashion_mnist, huggingface, images, npy
 from multidev.data.arrays import npz
 from multidev.data.dataset import Dataset
+from multidev.data.handwritten import images_and_labels as digit_images
+from multidev.data.handwritten import split as digit_split
 from multidev.data.rows import floats
 from multidev.errors import MultidevError
 
@@ -24,13 +26,11 @@ def digits(test_fraction: float = 0.2) -> Dataset:
     The train/test split is fixed (stratified, seed 0) so every run and every
     engine sees the same test set.
     """
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    bunch = load_digits()
-    x = (bunch.images / 16.0).astype(np.float32)[:, None]
-    y = bunch.target.astype(np.int64)
-    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, random_state=0, stratify=y)
+    images, labels = digit_images()
+    x = (images / 16.0).astype(np.float32)[:, None]
+    y = labels.astype(np.int64)
+    train, test = digit_split(y, test_fraction)
+    x_tr, x_te, y_tr, y_te = x[train], x[test], y[train], y[test]
     return Dataset("digits", x_tr, y_tr, x_te, y_te, 10)
 
 
