@@ -20,8 +20,10 @@ cache is used.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from types import ModuleType
+from typing import Iterator, Optional
 
 import jax
 
@@ -30,9 +32,9 @@ from multidev.engine import cache_home, cpu_tag
 ENV = "MULTIDEV_COMPILE_CACHE"
 OFF = ("0", "off", "false", "no")
 _HIT = "/jax/compilation_cache/cache_hits"
-_MISS = "/jax/compilation_cache/cache_misses"  # XLA compiled, and the executable was written to the cache
+_COMPILE = "/jax/core/compile/backend_compile_duration"  # XLA compiled, or JAX's cache handed one back
 _hits = [0]
-_misses = [0]
+_compiles = [0]
 _note: list[str] = []
 _folder: list[Path] = []
 
@@ -40,8 +42,11 @@ _folder: list[Path] = []
 def _count(event: str, **_: object) -> None:
     if event == _HIT:
         _hits[0] += 1
-    elif event == _MISS:
-        _misses[0] += 1
+
+
+def _timed(event: str, _seconds: float, **_: object) -> None:
+    if event == _COMPILE:
+        _compiles[0] += 1
 
 
 def hits() -> int:
@@ -49,9 +54,32 @@ def hits() -> int:
     return _hits[0]
 
 
-def misses() -> int:
-    """Executables XLA compiled in this process so far (each written to the cache)."""
-    return _misses[0]
+def compiles() -> int:
+    """Programs this process handed to XLA or to JAX's cache so far (not JAX's in-process copies)."""
+    return _compiles[0]
+
+
+@contextmanager
+def bypassed() -> Iterator[None]:
+    """JAX's cache neither read nor written meanwhile, so XLA compiles: a step to be kept whole (:mod:`.kept_steps`)
+    must be XLA's, as one the cache hands back cannot be kept, and a later run loads the kept step instead."""
+    reset = getattr(_jax_cache(), "reset_cache", None)
+    if reset is None or not jax.config.jax_enable_compilation_cache:
+        yield
+        return
+    jax.config.update("jax_enable_compilation_cache", False)
+    reset()  # JAX decides once whether its cache is used: asked again at the next compile
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", True)
+        reset()
+
+
+def _jax_cache() -> ModuleType:
+    from jax.experimental.compilation_cache import compilation_cache
+
+    return compilation_cache
 
 
 def default_folder() -> Path:
@@ -78,6 +106,7 @@ def configure() -> None:
         _note.append(f"off: cannot create {folder} ({exc.strerror}); set {ENV} to a writable folder")
         return
     jax.monitoring.register_event_listener(_count)
+    jax.monitoring.register_event_duration_secs_listener(_timed)
     jax.config.update("jax_compilation_cache_dir", str(folder))
     _folder.append(folder)
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:

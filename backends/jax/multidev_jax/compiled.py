@@ -15,6 +15,7 @@ training; a barrier after each compile counts that wait here.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Hashable, Optional
 
@@ -64,14 +65,16 @@ class Compiler:
 
     def _compile(self, name: str, kept: Optional[Path], jitted: Callable[..., Any],
                  args: tuple[Any, ...]) -> jax.stages.Compiled:
-        """Traced, lowered and compiled (or taken from JAX's cache); kept whole where XLA compiled it here."""
-        hits, misses = compile_cache.hits(), compile_cache.misses()
+        """Traced, lowered and compiled: by XLA where the step is to be kept whole, else perhaps taken from JAX's
+        cache; kept where XLA compiled it here."""
+        hits, compiles = compile_cache.hits(), compile_cache.compiles()
         with doing(f"compiling {name}"), recording() as decisions:
             lowered = jitted.lower(*args)  # type: ignore[attr-defined]
-            compiled = xla_threads.compile(lowered, name, args, self.threads)
+            with compile_cache.bypassed() if kept is not None else nullcontext():
+                compiled = xla_threads.compile(lowered, name, args, self.threads)
         if compile_cache.hits() > hits:
             self.cached += 1
-        elif kept is not None and compile_cache.misses() > misses:  # not JAX's own in-process copy of a loaded one
+        elif kept is not None and compile_cache.compiles() > compiles:  # not JAX's in-process copy of an earlier one
             kept_steps.save(kept, compiled, decisions)
         return compiled
 

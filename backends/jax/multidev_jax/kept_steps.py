@@ -20,8 +20,12 @@ sums per shape, XLA's threads: :func:`.forms.choice.recording`) are kept with
 it and asked again when it loads; where one would now be decided otherwise,
 the step is traced afresh. Only a step XLA compiled in this process is
 written: one JAX's cache handed back serializes without its functions and
-fails when run (XLA:CPU, JAX 0.7.1). Off where the cache is off, in a job of
-several processes, and with ``MULTIDEV_JAX_KEPT_STEPS=off``.
+fails when run (XLA:CPU, JAX 0.7.1). So a step to be kept is compiled with
+JAX's cache bypassed (:func:`.compile_cache.bypassed`): after a change of
+the source the first run compiles it once more, where JAX's cache would have
+handed it back to that run and to every later one, each tracing it first.
+Off where the cache is off, in a job of several processes, and with
+``MULTIDEV_JAX_KEPT_STEPS=off``.
 
 Every change of the source or a library is a new key, so the folder would
 only grow: after each write the steps least recently used (a load refreshes a

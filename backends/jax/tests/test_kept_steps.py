@@ -98,21 +98,26 @@ def test_a_step_whose_measured_form_would_now_be_another_is_traced_again(kept, t
         assert kept["loaded"] == 2, kept
 
 
-def test_only_steps_xla_compiled_here_are_kept_and_the_store_can_be_switched_off(kept, tmp_path, monkeypatch):
-    from multidev_jax import kept_steps
+def test_a_step_jaxs_cache_holds_is_compiled_again_to_be_kept_and_the_store_can_be_switched_off(kept, tmp_path,
+                                                                                                  monkeypatch):
+    from multidev_jax import compile_cache, kept_steps
 
     monkeypatch.setenv(kept_steps.ENV, "off")
     _run(spec(14))  # compiled by XLA and written to JAX's cache, but not kept: the store is off
     assert kept == {"loaded": 0, "kept": 0, "traced": 2} and not list(tmp_path.glob("steps/*.pkl")), kept
     monkeypatch.delenv(kept_steps.ENV)
-    _run(spec(14))  # JAX's cache hands the steps back: not kept (they would not load whole)
-    assert kept == {"loaded": 0, "kept": 0, "traced": 4} and not list(tmp_path.glob("steps/*.pkl")), kept
-    _run(spec(14), new_process=False)  # JAX's own copies of those, handed back in this process: not kept either
-    assert kept == {"loaded": 0, "kept": 0, "traced": 6} and not list(tmp_path.glob("steps/*.pkl")), kept
-    _run(spec(14), momentum=0.5, new_process=False)  # a train step XLA compiles here: kept, and loads whole
-    assert kept["kept"] == 1 and len(list(tmp_path.glob("steps/*.pkl"))) == 1, kept
-    trained, _ = _run(spec(14), momentum=0.5)
-    assert kept["loaded"] == 1 and np.isfinite(trained["fc1.weight"]).all(), kept
+    # as the first run after a change of multidev's source: JAX's cache holds the steps, which it would hand back
+    # unkeepable; XLA compiles them again instead, and they are kept
+    _run(spec(14))
+    assert kept == {"loaded": 0, "kept": 2, "traced": 4} and len(list(tmp_path.glob("steps/*.pkl"))) == 2, kept
+    hits = compile_cache.hits()
+    trained, _ = _run(spec(14))
+    assert kept["loaded"] == 2 and kept["traced"] == 4 and np.isfinite(trained["fc1.weight"]).all(), kept
+    others = compile_cache.hits() - hits  # the run's programs besides its steps
+    monkeypatch.setenv(kept_steps.ENV, "off")
+    hits = compile_cache.hits()
+    _run(spec(14))  # JAX's cache is used again after each bypass: it hands the two steps back too
+    assert compile_cache.hits() - hits == others + 2, (compile_cache.hits() - hits, others)
 
 
 def test_multidev_backends_says_where_steps_are_kept_or_why_not(monkeypatch, tmp_path):
