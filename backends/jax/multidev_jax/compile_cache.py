@@ -95,6 +95,8 @@ def configure() -> None:
         jax.config.update("jax_enable_compilation_cache", False)
         _note.append(f"off ({ENV}={value})")
         return
+    jax.monitoring.register_event_listener(_count)
+    jax.monitoring.register_event_duration_secs_listener(_timed)
     if jax.config.jax_compilation_cache_dir and not value:
         _note.append(f"{jax.config.jax_compilation_cache_dir} (JAX's own setting, kept)")
         _folder.append(Path(jax.config.jax_compilation_cache_dir))
@@ -105,8 +107,6 @@ def configure() -> None:
     except OSError as exc:
         _note.append(f"off: cannot create {folder} ({exc.strerror}); set {ENV} to a writable folder")
         return
-    jax.monitoring.register_event_listener(_count)
-    jax.monitoring.register_event_duration_secs_listener(_timed)
     jax.config.update("jax_compilation_cache_dir", str(folder))
     _folder.append(folder)
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
