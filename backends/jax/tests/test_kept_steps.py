@@ -1,5 +1,6 @@
 """Steps kept whole on disk: a later run loads them untraced, with the same answers, and only where they still hold."""
 
+import json
 import pickle
 
 import numpy as np
@@ -172,3 +173,21 @@ def test_a_run_prunes_what_it_did_not_use_and_keeps_what_it_loaded(kept, tmp_pat
     _run(spec(17))  # two more kept: the two used least recently go
     new = files() - loaded_again - unused
     assert len(new) == 2 and files() == loaded_again | new, "spec 16's steps, unused since, should have gone"
+
+
+@pytest.mark.slow
+def test_steps_are_kept_in_a_folder_the_user_gave_jax(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MULTIDEV_")}
+    env.update(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax"), XDG_CACHE_HOME=str(tmp_path / "home"))
+    command = [sys.executable, "-m", "multidev", "train", "--backend", "jax", "--model", "mlp", "--epochs", "1",
+               "--devices", "2", "--no-progress", "--json", str(tmp_path / "result.json")]
+    cached = []
+    for _ in range(2):
+        subprocess.run(command, env=env, check=True, capture_output=True)
+        cached.append(json.loads((tmp_path / "result.json").read_text())["compile_cached"])
+    assert len(list((tmp_path / "jax" / "steps").glob("*.pkl"))) == 2
+    assert cached[1] >= 2 > cached[0], cached  # the second run loaded the train and evaluation steps
