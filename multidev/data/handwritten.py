@@ -1,7 +1,7 @@
 """scikit-learn's bundled 8x8 handwritten digits, read without importing scikit-learn.
 
 Importing scikit-learn (for ``load_digits`` and ``train_test_split``) takes
-1.4-2 s, as long as a ResNet-18 step here: the main job's first step waited
+1.2-2 s on 2 cores, as long as a ResNet-18 step: the main job's first step waited
 on it. The images are read from the file ``load_digits`` reads, and the split
 is the one ``train_test_split(test_size=0.2, random_state=0, stratify=y)``
 draws, kept below (``tests/data/test_handwritten.py`` draws it again and compares).
