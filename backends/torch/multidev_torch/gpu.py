@@ -6,9 +6,12 @@ convolution algorithms once per shape and keep the fastest (a choice by
 measurement, made by cuDNN itself), and ``channels_last`` keeps images and
 convolution weights in NHWC, the layout cuDNN's tensor-core kernels read.
 ``compile`` runs each replica through ``torch.compile`` (Inductor's fused
-kernels, forward and backward), and ``cudagraphs`` through its
-``reduce-overhead`` mode, which replays the step's kernels as CUDA graphs:
-a small model's step on a GPU waits on the host launching kernels.
+kernels, forward and backward), and ``cudagraphs`` replays the forward's and
+the backward's kernels as CUDA graphs, since a small model's step on a GPU
+waits on the host launching kernels: alone, through ``torch.compile``'s
+``cudagraphs`` backend (the eager kernels recorded, no code generated, so
+its first step traces for seconds rather than compiling for a minute); with
+``compile``, through Inductor's ``reduce-overhead`` mode.
 Which pays depends on the precision; the defaults are what
 ``bench/bench_fashion_shape.py --torch-forms ...`` measured on an H100 (see
 ``DEFAULT``). ``MULTIDEV_TORCH_GPU_FORMS`` pins them: a comma-separated list
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -57,11 +60,32 @@ def describe() -> str:
         + f" (measured on an H100; {ENV} pins a list of {', '.join(FORMS)}, or none)"
 
 
-def compiled(model: torch.nn.Module, forms: frozenset[str]) -> torch.nn.Module:
-    """What runs a replica's forward under ``forms``: ``torch.compile``'s module, or the replica itself."""
-    if "cudagraphs" in forms:
-        return torch.compile(model, mode="reduce-overhead")
-    return torch.compile(model) if "compile" in forms else model
+class Forward:
+    """What runs a replica's forward: under a compiled form, the compiled module for the shape of the run's first
+    training batch and the replica itself for any other (an epoch's shorter last batch, evaluation).
+
+    One shape is what a run's steps take; compiling each other one would cost as long again for a step or two
+    (Inductor's first epoch took 36-39 s on an H200), and ``torch.compile``'s ``cudagraphs`` backend fails on a
+    batch of another size once the batch dimension is traced as dynamic (pytorch/pytorch#131009).
+    """
+
+    def __init__(self, model: torch.nn.Module, forms: frozenset[str]) -> None:
+        self.model = model
+        self.shape: Optional[torch.Size] = None  # the compiled module's input shape, once a training batch came
+        if "cudagraphs" in forms and "compile" in forms:
+            self.compiled: Optional[Callable[..., torch.Tensor]] = torch.compile(model, mode="reduce-overhead",
+                                                                                dynamic=False)
+        elif "cudagraphs" in forms:
+            self.compiled = torch.compile(model, backend="cudagraphs", dynamic=False)
+        else:
+            self.compiled = torch.compile(model, dynamic=False) if "compile" in forms else None
+
+    def __call__(self, x: torch.Tensor, masks: Any = None) -> torch.Tensor:
+        if self.compiled is None or not self.model.training:
+            return self.model(x, masks)
+        if self.shape is None:
+            self.shape = x.shape
+        return (self.compiled if x.shape == self.shape else self.model)(x, masks)
 
 
 def step_begins(forms: frozenset[str]) -> None:

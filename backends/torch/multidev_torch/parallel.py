@@ -95,7 +95,7 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         self.models = [copy.deepcopy(base).to(place, self.dtype).to(memory_format=self._layout)
                        for place in self._places]
         self.load_state(state)
-        self._calls = [gpu.compiled(m, self.forms) for m in self.models]  # what runs each replica's forward
+        self._calls = [gpu.Forward(m, self.forms) for m in self.models]  # what runs each replica's forward
         # a definition without parameters (an imported graph of operations) has nothing to train: no optimizer
         self._trains = any(True for _ in base.parameters())
         #: one device per process at ``gradients`` or ``parameters``: PyTorch's FSDP2 shards the model (fsdp.py)

@@ -53,19 +53,26 @@ def test_an_unknown_form_is_one_line(monkeypatch):
     assert "\n" not in str(err.value) and "channels_last" in str(err.value)
 
 
-@pytest.mark.slow
-def test_compiled_replicas_step_as_the_reference(monkeypatch):
-    """``compile`` (Inductor's kernels, forward and backward: 20-40 s to compile here), tried on a CPU device:
-    the float64 update and running statistics (mutated buffers) are the reference's."""
-    monkeypatch.setattr(gpu, "chosen", lambda precision, cuda: frozenset({"compile"}))
+@pytest.mark.parametrize("form", [pytest.param("compile", marks=pytest.mark.slow), "cudagraphs"])
+def test_compiled_replicas_step_as_the_reference(monkeypatch, form):
+    """``compile`` (Inductor's kernels, forward and backward: 20-40 s to compile here) and ``cudagraphs`` (traced
+    by ``torch.compile``; a CPU device replays no graph, tests/test_gpu.py holds the replays), tried on a CPU
+    device: two float64 updates and running statistics (mutated buffers) are the reference's, the first batch's
+    shape compiled and the shorter second batch run by the replica itself."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(gpu, "chosen", lambda precision, cuda: frozenset({form}))
+    counters.clear()
     x, y = batch(SPEC, sum(SIZES))
     setup = multidev.Setup(SPEC, tuple(multidev.resolve_devices(devices=1)), "local", "float64")
     reps = multidev.replicate(multidev.load_backend("torch"), setup, SPEC.init(2))
-    assert all(call is not model for call, model in zip(reps._calls, reps.models)), "the forward is compiled"
-    placed = reps.place(multidev.cut(x, y, (len(x),)))
-    reps.train_step(placed, lr=0.1)
-    want = reference.train_step(SPEC, SPEC.init(2), x, y, 0.1, (len(x),), "local", np.float64)[0]
-    assert_states_close(reps.state(), want, rtol=FLOAT64_RTOL, promise="compiled update")
+    want = SPEC.init(2)
+    for rows in (slice(0, 5), slice(5, 8)):
+        reps.train_step(reps.place(multidev.cut(x[rows], y[rows], (len(x[rows]),))), lr=0.1)
+        want = reference.train_step(SPEC, want, x[rows], y[rows], 0.1, (len(x[rows]),), "local", np.float64)[0]
+    assert reps._calls[0].shape == (5, 2, 8, 8), "the first training batch's shape is the compiled one"
+    assert counters["stats"]["unique_graphs"] == 1, f"one graph traced, for one shape: {dict(counters['stats'])}"
+    assert_states_close(reps.state(), want, rtol=FLOAT64_RTOL, promise=f"{form}: compiled update")
 
 
 def test_cuda_graphs_with_micro_batches_are_one_line(monkeypatch):
