@@ -5,10 +5,10 @@ architecture on the same synthetic batch (float32, SGD with momentum, mean
 cross-entropy), each in a fresh process of its own (``bench.harness.fresh``),
 ``--rounds`` times in turn, threads as the ``multidev`` command sets them:
 
-- multidev's torch, JAX and MXNet engines (``multidev.replicate``, each step
-  placed from the host and, with Dropout, given the core's masks, as the
-  training loop does; the JAX engine's steps queued, their sums read once
-  the next is queued);
+- multidev's torch, JAX and MXNet engines (``multidev.replicate``, each
+  step's batch cut, given the core's Dropout masks and placed on the core's
+  prefetch thread while the step before runs, as the training loop does; the
+  JAX engine's steps queued, their sums read once the next is queued);
 - torchvision's own module in a plain PyTorch loop (``bench.peers.torch_loop``),
   a jitted Flax + Optax step over a device mesh (``bench.peers.flax_loop``),
   Keras 3's ``DataParallel`` on the same JAX (``bench.peers.keras_loop``) and a
@@ -111,28 +111,35 @@ def time_engine(backend: str, onnx: Optional[str], batchnorm: str, name: str, si
 
 def engine_steps(reps: Any, x: np.ndarray, y: np.ndarray, k: int, lr: float,
                  queued: bool) -> tuple[Callable[[], None], Callable[[], None]]:
-    """(a step, waiting for the last one): the batch cut and placed each step, the core's Dropout masks drawn for
-    it; ``queued``, each step's sums read once the next one is queued."""
+    """(a step, waiting for the last one), as the training loop runs them: the batch cut, its Dropout masks drawn
+    and placed on the core's prefetch thread while the step before runs; ``queued``, each step's sums read once
+    the next one is queued."""
+    import itertools
+
     import multidev
     from multidev.rules.dropout import shard_masks
+    from multidev.training.prefetch import ahead
 
     sizes, sites = multidev.shard_sizes(len(x), k), reps.setup.spec.dropouts()
-    queue, held, done = reps.queue_step if queued else None, [], [0]
+    queue, held = reps.queue_step if queued else None, []
+
+    def prepare(n: int) -> Any:
+        shards = multidev.cut(x, y, sizes)
+        if sites:
+            shards = replace(shards, masks=shard_masks(sites, 0, 1, n, 0, sizes, reps.setup.np_dtype))
+        return reps.place(shards)
+
+    placed = ahead(prepare, itertools.count(1))
 
     def finish() -> None:
         while held:
             held.pop().result()
 
     def step() -> None:
-        done[0] += 1
-        shards = multidev.cut(x, y, sizes)
-        if sites:
-            shards = replace(shards, masks=shard_masks(sites, 0, 1, done[0], 0, sizes, reps.setup.np_dtype))
-        placed = reps.place(shards)
         if queue is None:
-            reps.train_step(placed, lr)
+            reps.train_step(next(placed), lr)
             return
-        pending = queue(placed, lr)
+        pending = queue(next(placed), lr)
         finish()
         held.append(pending)
 

@@ -206,6 +206,10 @@ class JaxReplicas(WaitedSteps, ReplicaStates):
         return self._sums(self._accumulate(batch, self._dropped(batch), zero, whole, update=False), batch)
 
     def _sums(self, sums: Sequence[jax.Array], batch: Batch) -> Sums:
+        """The step's sums, their copy to the host queued behind it: reading them then waits for the step only,
+        not for a transfer begun once it is read (that read took 0.5 ms a step on an H200, a ViT step 2 ms)."""
+        for a in sums:
+            a.copy_to_host_async()
         return Sums(tuple(sums), batch.total, self.setup.group.rank == 0)  # psum'd: rank 0 reports the job's
 
     def _update(self, batch: Batch, drops: dict[str, jax.Array], rate: Any, whole: Any) -> list[jax.Array]:
