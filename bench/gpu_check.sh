@@ -51,7 +51,8 @@ finish() { $PY -m bench.summary --results "$OUT/results" --out "$OUT/benchmarks.
 [ "${TORCH_ROWS:-1}" = 1 ] || { finish " (TORCH_ROWS=0)"; exit 0; }
 stamp "the book's job shape: torch in each of its GPU forms, float32 and bf16"
 $PY -m bench.bench_fashion_shape --backends torch --precisions fp32,bf16 --epochs 2 --worker-timeout 60 \
-  --torch-forms none,benchmark,channels_last,benchmark+channels_last --label torch-forms "$@" 2>&1 \
+  --torch-forms none,benchmark,channels_last,benchmark+channels_last,channels_last+cudagraphs \
+  --label torch-forms "$@" 2>&1 \
   | tee -a "$OUT/gpu_check.log"
 stamp "float32 with the TF32 opt-in (--tf32)"
 $PY -m bench.bench_fashion_shape --backends torch,jax --precisions fp32 --tf32 --epochs 2 --worker-timeout 60 \
