@@ -1,10 +1,9 @@
 """GPU checks: run where an engine sees a GPU, skipped with the reason elsewhere (CI has none)."""
 
-import numpy as np
 import pytest
 
 import multidev
-from multidev.testing import CROSS_ENGINE_RTOL, LENET, RESNET, batch
+from multidev.testing import CROSS_ENGINE_RTOL, LENET, RESNET, batch, update_apart
 from multidev.testing.recipes import BF16_STEP_RTOL
 
 # The whole SGD update as one vector, GPU against CPU. Engines compute float32 in full float32 on
@@ -35,13 +34,12 @@ def test_gpu_step_matches_cpu(name, spec):
     engine = multidev.load_backend(name)
     x, y = batch(spec, 12)
     start = spec.init(0)
-    updates = []
+    after = []
     for device in ("gpu:0", "cpu:0"):
         reps = multidev.replicate(engine, multidev.Setup(spec, [multidev.Device.parse(device)]), start)
         reps.train_step(reps.place(multidev.cut(x, y, [12])), lr=0.1)
-        after = reps.state()
-        updates.append(np.concatenate([(after[n] - start[n]).ravel() for n in spec.trainable()]))
-    err = np.linalg.norm(updates[0] - updates[1]) / np.linalg.norm(updates[1])
+        after.append(reps.state())
+    err = update_apart(spec, start, *after)
     assert err <= GPU_RTOL, f"{name}: the SGD update on gpu:0 differs from cpu:0's by {err:.1e} (relative norm)"
 
 
@@ -60,14 +58,13 @@ def test_gpu_bf16_step_is_near_the_float32_one(name):
     engine = multidev.load_backend(name)
     x, y = batch(LENET, 12)
     start = LENET.init(0)
-    updates = []
+    after = []
     for device, precision in (("gpu:0", "bf16"), ("cpu:0", "fp32")):
         setup = multidev.Setup(LENET, [multidev.Device.parse(device)], precision=precision)
         reps = multidev.replicate(engine, setup, start)
         reps.train_step(reps.place(multidev.cut(x, y, [12])), lr=0.1)
-        after = reps.state()
-        updates.append(np.concatenate([(after[n] - start[n]).ravel() for n in LENET.trainable()]))
-    err = np.linalg.norm(updates[0] - updates[1]) / np.linalg.norm(updates[1])
+        after.append(reps.state())
+    err = update_apart(LENET, start, *after)
     assert err <= BF16_STEP_RTOL, f"{name}: a bf16 update on gpu:0 is {err:.2f} of its size from float32's on cpu:0"
 
 
@@ -95,11 +92,8 @@ def test_torch_cuda_graph_replays_step_as_its_eager_kernels(monkeypatch, forms="
     for rows in (slice(0, 12), slice(12, 24), slice(24, 36), slice(36, 48), slice(48, 56)):
         start = runs[1].state()
         runs[0].load_state(start)  # copied into the same tensors: the graphs' addresses stay
-        updates = []
         for reps in runs:
             reps.train_step(reps.place(multidev.cut(x[rows], y[rows], [len(x[rows])])), lr=0.1)
-            after = reps.state()
-            updates.append(np.concatenate([(after[n] - start[n]).ravel() for n in RESNET.trainable()]))
-        errors.append(float(np.linalg.norm(updates[0] - updates[1]) / np.linalg.norm(updates[1])))
+        errors.append(update_apart(RESNET, start, *(reps.state() for reps in runs)))
     assert not counters["inductor"]["cudagraph_skips"], f"a step ran eagerly: {dict(counters['inductor'])}"
     assert max(errors) <= GPU_RTOL, f"{forms}: updates differ from the eager kernels' by {errors} (step by step)"

@@ -6,7 +6,7 @@ them; everything an engine's tests need is importable from here.
 """
 
 from multidev.testing._helpers import (LENET, RESNET, assert_states_close, assert_states_equal, batch, conv2d_nchw,
-                                       kink_margin, max_rel_error, quick)
+                                       kink_margin, max_rel_error, quick, update_apart)
 from multidev.testing.conformance import Conformance
 from multidev.testing.data import DataChecks, digits_folder
 from multidev.testing.fake import FAULTS, FakeEngine, registered
@@ -32,7 +32,7 @@ __all__ = [
     "readme_definition", "as_uint8_images", "write_images",
     # comparisons and the other helpers of the checks
     "assert_states_close", "assert_states_equal", "conv2d_nchw", "free_port", "kink_margin", "max_rel_error",
-    "quick", "settled_accuracy",
+    "quick", "settled_accuracy", "update_apart",
     # the reference arithmetic as an engine, faults on request
     "FAULTS", "FakeEngine", "registered",
 ]

@@ -26,6 +26,16 @@ def max_rel_error(a: np.ndarray, b: np.ndarray, floor: float = 1e-12) -> float:
     return float(np.max(np.abs(a - b), initial=0.0)) / scale
 
 
+def update_apart(spec: ModelSpec, start: State, got: State, want: State) -> float:
+    """How far one update (``got`` from ``start``) is from another (``want``), the trainable arrays as one vector:
+    the norm of the difference over the norm of ``want``'s update. Single small arrays of a step can be far off
+    where the whole step is close (bf16, cuDNN's kernels), so a whole step is judged whole."""
+    def step(state: State) -> np.ndarray:
+        return np.concatenate([(state[n] - start[n]).ravel() for n in spec.trainable()])
+
+    return float(np.linalg.norm(step(got) - step(want)) / np.linalg.norm(step(want)))
+
+
 def assert_states_close(got: State, want: State, *, rtol: float, promise: str,
                         names: Iterable[str] | None = None, floor: float = 1e-12) -> None:
     """Every array of ``got`` within ``rtol`` (relative to its scale, at least ``floor``) of ``want``; the message

@@ -29,7 +29,7 @@ from multidev.engines.protocol import Replicas
 from multidev.rules.models import ModelSpec
 from multidev.rules.optimizers import STEP, Optimizer
 from multidev.rules.split import cut, shard_sizes
-from multidev.testing._helpers import LENET, RESNET, assert_states_close, batch, quick
+from multidev.testing._helpers import LENET, RESNET, assert_states_close, batch, quick, update_apart
 from multidev.testing.kit import (ACCURACY_FLOOR, CROSS_ENGINE_RTOL, FLOAT64_RESNET_UPDATE_RTOL, FLOAT64_UPDATE_RTOL,
                                   SAME_ENGINE_RTOL, EngineFixtures, settled_accuracy)
 from multidev.training.api import train
@@ -191,9 +191,7 @@ class RecipeChecks(EngineFixtures):
         want, _ = reference.recipe_steps(LENET, start, optimizer, data, RATES)
         # bfloat16 keeps 8 bits and moves ReLU inputs by about 2% of their size, so a few units flip sides and
         # single small arrays of the step can be 50% off: judge the whole update as one vector
-        got_step = np.concatenate([(got[n] - start[n]).ravel() for n in LENET.trainable()])
-        want_step = np.concatenate([(want[n] - start[n]).ravel() for n in LENET.trainable()])
-        err = float(np.linalg.norm(got_step - want_step) / np.linalg.norm(want_step))
+        err = update_apart(LENET, start, got, want)
         assert err <= BF16_STEP_RTOL, (f"bf16: one update on {k} device(s) is {err:.2f} of its size away from the "
                                        f"float32 update (tolerance {BF16_STEP_RTOL})")
         if "optimizers" in engine.capabilities:
