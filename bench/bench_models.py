@@ -45,6 +45,7 @@ counter on torchvision's network (``bench.peers.torch_models.training_flops``).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import tempfile
@@ -114,8 +115,6 @@ def engine_steps(reps: Any, x: np.ndarray, y: np.ndarray, k: int, lr: float,
     """(a step, waiting for the last one), as the training loop runs them: the batch cut, its Dropout masks drawn
     and placed on the core's prefetch thread while the step before runs; ``queued``, each step's sums read once
     the next one is queued."""
-    import itertools
-
     import multidev
     from multidev.rules.dropout import shard_masks
     from multidev.training.prefetch import ahead
