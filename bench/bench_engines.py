@@ -11,7 +11,13 @@ imports, compilation and any measuring, the replicas built as a run builds them
 cache folder of each row's own: no executable, no kept choice), later rounds
 load what it kept ("cached first step s": JAX's programs, or a layout torch
 measured under ``MULTIDEV_TORCH_LAYOUT=measure``; an engine that keeps nothing
-has none). The peak
+has none). Beside each row, in processes of its own in the same rounds, the
+framework's own hand-written loop of the same network, batch and devices (the
+book's, as ``bench_torch``, ``bench_mxnet`` and ``bench_jax`` time it) takes
+its first step from a cold start too, JAX's with its compilation cache kept
+between rounds (``JAX_COMPILATION_CACHE_DIR``): what the framework itself
+needs on this CPU, so that the engine's first step reads as a ratio to it
+("first step / its loop's", the cold ones). The peak
 is the larger of the best matrix product numpy, torch and JAX measure here and
 the vector units' own (fp32 lanes x 2 FMA units x 2 x cores x the clock
 /proc/cpuinfo gives), both stated in the notes.
@@ -25,7 +31,7 @@ import shutil
 import statistics
 import tempfile
 from functools import partial
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -41,9 +47,8 @@ def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, 
     then the median samples/s of ``repeats`` windows."""
     harness.as_the_command()  # before any framework loads (a parent's setting stands)
     import os
-    from pathlib import Path
 
-    warm = any(p.is_file() for p in Path(os.environ["XDG_CACHE_HOME"]).rglob("*"))  # what an earlier round kept
+    warm = kept()
 
     import multidev
     from multidev.engines.registry import engine_version
@@ -64,6 +69,53 @@ def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, 
     return {"first_step_s": first, "samples_per_sec": rate, "compile_s": reps.compile_seconds,
             "warm": warm, "version": engine_version(engine),
             "threads": os.environ.get("OMP_NUM_THREADS", "")}
+
+
+def loop_worker(backend: str, k: int, batch: int, size: int, model: str) -> dict[str, Any]:
+    """The framework's own hand-written loop of the same network, batch and devices (the one ``bench_<framework>``
+    times), in this fresh process: its first step's seconds since the process started, nothing of multidev's
+    loaded. It keeps what its framework keeps when asked (JAX's compilation cache, ``JAX_COMPILATION_CACHE_DIR``)."""
+    harness.as_the_command()
+    warm = kept()
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch, 1, size, size)).astype(np.float32)
+    y = rng.integers(0, 10, batch)
+    step, finish = LOOPS[backend](model, k, x, y)
+    step()
+    finish()
+    return {"first_step_s": harness.since_start(), "warm": warm}
+
+
+def torch_loop(model: str, k: int, x: np.ndarray, y: np.ndarray):
+    from bench.peers.torch_book import book_step
+
+    return book_step(model, k, x, y, lr=0.05), lambda: None
+
+
+def gluon_loop(model: str, k: int, x: np.ndarray, y: np.ndarray):
+    from bench.peers.gluon_book import book_step, mx
+
+    return book_step(model, [mx.cpu(i) for i in range(k)], x, y.astype(np.float32), lr=0.05), lambda: None
+
+
+def flax_loop(model: str, k: int, x: np.ndarray, y: np.ndarray):
+    from bench.jax_peers import handwritten_loop, start_jax
+
+    options = {"model": model, "batch": len(x), "size": x.shape[-1], "gpu": False, "lr": 0.05, "sync_loss": False}
+    start_jax(options, k, warm=False)
+    step, finish, _ = handwritten_loop(options, k)
+    return step, finish
+
+
+LOOPS = {"torch": torch_loop, "mxnet": gluon_loop, "jax": flax_loop}
+
+
+def kept() -> bool:
+    """Whether an earlier round of this row kept anything in its cache home."""
+    import os
+    from pathlib import Path
+
+    return any(p.is_file() for p in Path(os.environ["XDG_CACHE_HOME"]).rglob("*"))
 
 
 def parse():
@@ -97,31 +149,36 @@ def main() -> None:
     for backend in args.backends.split(","):
         one = None
         for k in counts:
-            done = sorted(runs.get((backend, k), []), key=lambda r: r["samples_per_sec"])
+            done = sorted(runs.get((backend, k, "engine"), []), key=lambda r: r["samples_per_sec"])
             row, one = summary(backend, k, done, one, work, top)
+            row.update(loop_summary(row.get("first step s"), runs.get((backend, k, "loop"), [])))
             report.add(row)
     report.save()
 
 
-def time_all(args, counts: list[int]) -> dict[tuple[str, int], list[dict[str, Any]]]:
-    """Every (engine, device count)'s runs, the counts alternating within each round."""
+def time_all(args, counts: list[int]) -> dict[tuple[str, int, str], list[dict[str, Any]]]:
+    """Every (engine, device count, side)'s runs, the engine and its framework's own loop ("loop") alternating with
+    the device counts within each round."""
     # the first round compiles cold, with no kept choice (each row's cache home its own: JAX's one device split in
     # two parts compiles the program of two devices), later ones load what it kept (a JAX run its programs); an
     # engine that keeps nothing stays cold
     cache = tempfile.mkdtemp(prefix="bench-compile-cache-")
-    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    runs: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     try:
         for backend in args.backends.split(","):
-            homes = {k: f"{cache}/{backend}-{k}" for k in counts}  # one per row: another row's program is not its cold
-            envs = {k: {"MULTIDEV_COMPILE_CACHE": f"{home}/jax-compile", "XDG_CACHE_HOME": home}
-                    for k, home in homes.items()}
-            contenders = {k: partial(harness.fresh, worker, env=envs[k],
-                                     label=f"{backend} x{k}", backend=backend, k=k, batch=args.batch,
-                                     size=args.size, model=args.model, steps=args.steps, repeats=args.repeats)
-                          for k in counts}
-            for k, got in harness.rounds({k: failing_soft(run) for k, run in contenders.items()},
-                                         args.rounds).items():
-                runs[(backend, k)] = [r for r in got if r is not None]
+            contenders = {}
+            for k in counts:
+                for side, fn in (("engine", worker), ("loop", loop_worker)):
+                    home = f"{cache}/{backend}-{k}-{side}"  # one per row: another row's program is not its cold
+                    env = {"MULTIDEV_COMPILE_CACHE": f"{home}/jax-compile", "XDG_CACHE_HOME": home,
+                           "JAX_COMPILATION_CACHE_DIR": f"{home}/jax-compile" if side == "loop" else None}
+                    options = {"steps": args.steps, "repeats": args.repeats} if side == "engine" else {}
+                    contenders[(k, side)] = partial(harness.fresh, fn, env=env, label=f"{backend} x{k} {side}",
+                                                    backend=backend, k=k, batch=args.batch, size=args.size,
+                                                    model=args.model, **options)
+            for (k, side), got in harness.rounds({key: failing_soft(run) for key, run in contenders.items()},
+                                                 args.rounds).items():
+                runs[(backend, k, side)] = [r for r in got if r is not None]
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return runs
@@ -153,6 +210,16 @@ def summary(backend: str, k: int, done: list[dict[str, Any]], one, work: float, 
             "cached first step s": min(warm) if warm else None,
             "compile s": min(r["compile_s"] for r in cold) if cold else got["compile_s"],  # a cached one's: tracing
             "threads": got["threads"], "version": got["version"]}, one
+
+
+def loop_summary(first: Optional[float], done: list[dict[str, Any]]) -> dict[str, Any]:
+    """The framework's own loop's first steps (cold, and cached where its framework kept something), and the
+    engine's cold first step over its loop's."""
+    cold = [r["first_step_s"] for r in done if not r["warm"]]
+    warm = [r["first_step_s"] for r in done if r["warm"]]
+    return {"its loop's first step s": min(cold) if cold else None,
+            "its loop's cached first step s": min(warm) if warm else None,
+            "first step / its loop's": first / min(cold) if cold and first else None}
 
 
 if __name__ == "__main__":

@@ -21,62 +21,15 @@ from typing import Callable
 import numpy as np
 
 from bench import harness
-from bench.peers.gluon_loop import sharded_step
 from bench.frameworks import load_mxnet
 
 harness.as_the_command()  # as the multidev command does: every usable core, before MXNet loads, for both sides
 import multidev  # noqa: E402
+from bench.peers.gluon_book import book_step  # noqa: E402  (it loads MXNet)
 
 ENGINE = multidev.load_backend("mxnet")
 mx = load_mxnet()
-nn, gluon, autograd, nd = mx.gluon.nn, mx.gluon, mx.autograd, mx.nd
 SMOKE = {"model": "mlp", "size": 8, "batch": 4, "steps": 1, "warmup": 1, "rounds": 1, "devices": "1,2"}
-
-
-# The hand-written side: the book's ResNet-18 (d2l "Residual" and "resnet_block"), in plain Gluon.
-class Residual(nn.HybridBlock):
-    def __init__(self, channels: int, use_1x1conv: bool = False, strides: int = 1) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2D(channels, kernel_size=3, padding=1, strides=strides, use_bias=False)
-        self.conv2 = nn.Conv2D(channels, kernel_size=3, padding=1, use_bias=False)
-        self.conv3 = nn.Conv2D(channels, kernel_size=1, strides=strides) if use_1x1conv else None
-        self.bn1 = nn.BatchNorm()
-        self.bn2 = nn.BatchNorm()
-
-    def hybrid_forward(self, F, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return F.relu(y + (self.conv3(x) if self.conv3 is not None else x))
-
-
-def resnet18(num_classes: int) -> nn.HybridSequential:
-    def block(channels: int, first_block: bool = False) -> nn.HybridSequential:
-        blk = nn.HybridSequential()
-        for i in range(2):
-            down = i == 0 and not first_block
-            blk.add(Residual(channels, use_1x1conv=down, strides=2 if down else 1))
-        return blk
-
-    net = nn.HybridSequential()
-    net.add(nn.Conv2D(64, kernel_size=3, strides=1, padding=1, use_bias=False), nn.BatchNorm(),
-            nn.Activation("relu"))
-    net.add(block(64, first_block=True), block(128), block(256), block(512))
-    net.add(nn.GlobalAvgPool2D(), nn.Dense(num_classes))
-    return net
-
-
-def mlp(num_classes: int) -> nn.HybridSequential:
-    """multidev's ``mlp`` (a smoke run's): two hidden layers of 256 (Gluon's Dense flattens the image)."""
-    net = nn.HybridSequential()
-    net.add(nn.Dense(256, activation="relu"), nn.Dense(256, activation="relu"), nn.Dense(num_classes))
-    return net
-
-
-def hand_written(model: str, contexts: list, x: np.ndarray, y: np.ndarray, lr: float) -> Callable[[], float]:
-    net = resnet18(10) if model == "resnet18" else mlp(10)
-    net.initialize(mx.init.Xavier(), ctx=contexts)
-    net.hybridize(static_alloc=True)
-    return sharded_step(mx, net, contexts, x, y, lr, momentum=0.0)
 
 
 def engine(model: str, devices: list, x: np.ndarray, y: np.ndarray, lr: float) -> Callable[[], float]:
@@ -115,7 +68,7 @@ def main() -> None:
             multidev.resolve_devices(devices=k)
         contexts = [mx.gpu(d.index) if d.kind == "gpu" else mx.cpu(d.index) for d in devices]
         got = harness.compare({"multidev": engine(args.model, devices, x, y, args.lr),
-                               "gluon": hand_written(args.model, contexts, x, y, args.lr)},
+                               "gluon": book_step(args.model, contexts, x, y, args.lr)},
                               batch=args.batch, steps=args.steps, repeats=args.rounds, warmup=args.warmup)
         report.add({"devices": ", ".join(map(str, devices)), "multidev samples/s": got["multidev"],
                     "hand-written Gluon samples/s": got["gluon"], "multidev / Gluon": got["multidev"] / got["gluon"]})
