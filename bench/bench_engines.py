@@ -73,8 +73,9 @@ def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, 
 
 def loop_worker(backend: str, k: int, batch: int, size: int, model: str) -> dict[str, Any]:
     """The framework's own hand-written loop of the same network, batch and devices (the one ``bench_<framework>``
-    times), in this fresh process: its first step's seconds since the process started, nothing of multidev's
-    loaded. It keeps what its framework keeps when asked (JAX's compilation cache, ``JAX_COMPILATION_CACHE_DIR``)."""
+    times), in this fresh process: its first step's seconds since the process started, no engine of multidev's used
+    (MXNet loads through the engine's loader, as every hand-written Gluon side here does: numpy 1.24+ needs it). It
+    keeps what its framework keeps when asked (JAX's compilation cache, ``JAX_COMPILATION_CACHE_DIR``)."""
     harness.as_the_command()
     warm = kept()
     rng = np.random.default_rng(0)
@@ -87,18 +88,21 @@ def loop_worker(backend: str, k: int, batch: int, size: int, model: str) -> dict
 
 
 def torch_loop(model: str, k: int, x: np.ndarray, y: np.ndarray):
+    """(the book's step in plain PyTorch, a wait for it: none, torch's CPU steps are done when they return)."""
     from bench.peers.torch_book import book_step
 
     return book_step(model, k, x, y, lr=0.05), lambda: None
 
 
 def gluon_loop(model: str, k: int, x: np.ndarray, y: np.ndarray):
+    """(the book's step in plain Gluon, a wait for it: none, the step reads its loss back)."""
     from bench.peers.gluon_book import book_step, mx
 
     return book_step(model, [mx.cpu(i) for i in range(k)], x, y.astype(np.float32), lr=0.05), lambda: None
 
 
 def flax_loop(model: str, k: int, x: np.ndarray, y: np.ndarray):
+    """(the Flax + Optax loop's step on exactly ``k`` CPU devices, a wait for the steps it queued)."""
     from bench.jax_peers import handwritten_loop, start_jax
 
     options = {"model": model, "batch": len(x), "size": x.shape[-1], "gpu": False, "lr": 0.05, "sync_loss": False}
