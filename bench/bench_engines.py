@@ -37,6 +37,7 @@ import numpy as np
 
 from bench import harness
 from bench.harness.flops import peak, training_flops
+from bench.jax_peers import synthetic_batch
 
 SMOKE = {"backends": "torch,jax,mxnet", "devices": "1", "model": "mlp", "size": 8, "batch": 8, "steps": 1,
          "repeats": 1, "rounds": 1, "peak_size": 256}
@@ -57,9 +58,7 @@ def worker(backend: str, k: int, batch: int, size: int, model: str, steps: int, 
     engine = multidev.load_backend(backend)
     devices = harness.run_devices(engine, k)
     reps = multidev.replicate(engine, multidev.Setup(spec, devices, rows=batch), spec.init(0))  # rows: as a run
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(batch, *spec.in_shape)).astype(np.float32)
-    y = rng.integers(0, 10, batch)
+    x, y = synthetic_batch({"batch": batch, "size": size})
     sizes = multidev.shard_sizes(batch, k)
     step = lambda: reps.train_step(reps.place(multidev.cut(x, y, sizes)), 0.05)  # noqa: E731
     step()
@@ -78,9 +77,7 @@ def loop_worker(backend: str, k: int, batch: int, size: int, model: str) -> dict
     keeps what its framework keeps when asked (JAX's compilation cache, ``JAX_COMPILATION_CACHE_DIR``)."""
     harness.as_the_command()
     warm = kept()
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(batch, 1, size, size)).astype(np.float32)
-    y = rng.integers(0, 10, batch)
+    x, y = synthetic_batch({"batch": batch, "size": size})
     step, finish = LOOPS[backend](model, k, x, y)
     step()
     finish()
@@ -102,7 +99,8 @@ def gluon_loop(model: str, k: int, x: np.ndarray, y: np.ndarray):
 
 
 def flax_loop(model: str, k: int, x: np.ndarray, y: np.ndarray):
-    """(the Flax + Optax loop's step on exactly ``k`` CPU devices, a wait for the steps it queued)."""
+    """(the Flax + Optax loop's step on exactly ``k`` CPU devices, a wait for the steps it queued): it makes the
+    same seeded batch itself (``synthetic_batch``)."""
     from bench.jax_peers import handwritten_loop, start_jax
 
     options = {"model": model, "batch": len(x), "size": x.shape[-1], "gpu": False, "lr": 0.05, "sync_loss": False}

@@ -110,7 +110,6 @@ def flax_resnet18():
 def time_handwritten(options: dict[str, Any], k: int) -> tuple[float, float, str]:
     """A minimal data-parallel Flax + Optax loop: jit, a sharded batch, replicated parameters."""
     start_jax(options, k)
-    x, _ = synthetic_batch(options)
     step, finish, compile_seconds = handwritten_loop(options, k)
 
     def run(steps: int) -> float:
@@ -121,7 +120,7 @@ def time_handwritten(options: dict[str, Any], k: int) -> tuple[float, float, str
         return time.perf_counter() - start
 
     run(options["warmup"])
-    return options["steps"] * len(x) / run(options["steps"]), compile_seconds, ""
+    return options["steps"] * options["batch"] / run(options["steps"]), compile_seconds, ""
 
 
 def handwritten_loop(options: dict[str, Any], k: int) -> tuple[Callable[[], None], Callable[[], None], float]:
