@@ -158,16 +158,22 @@ class ContractSGD(ContractOptimizer):
 class ContractAdamW(ContractOptimizer):
     """The contract's AdamW: decoupled decay, epsilon added to sqrt(v_hat) after the bias correction.
 
-    float32 weights: contrib's fused ``adamw_update`` with the bias correction
-    folded in (lr' = sqrt(c2) / c1, eps' = eps sqrt(c2)), half the time of
-    ndarray arithmetic. It computes 1 - beta2 in float32 (1.3e-5 off for
-    0.999, 1e-6 for 0.99), inside float32's reach but not float64's, so
-    float64 weights take the formula in ndarray arithmetic, exact.
+    float32 weights: contrib's fused kernel with the bias correction folded in
+    (lr' = sqrt(c2) / c1, eps' = eps sqrt(c2)), several weights a call
+    (``multi_adamw_update``, ``aggregate_num`` as Gluon's SGD). Its one pass
+    over the values took ResNet-18's update (11.2 M floats, this Xeon) from
+    190 ms with the one-weight ``adamw_update`` (an expression per line) to
+    70-79 ms, grouped by 1, 4 or 16; its values do not depend on the grouping
+    nor on a weight cut into rows, so the sharded levels keep the replicated
+    run's bits. Its hyperparameters are float32 (beta's 1.3e-5 off for
+    0.999), inside float32's reach but not float64's, so float64 weights
+    take the formula in ndarray arithmetic, exact.
     """
 
     def __init__(self, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, **kwargs) -> None:
         super().__init__(**kwargs)
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
+        self.aggregate_num = AGGREGATE
         self._scales: dict = {}  # (context, rescale_grad) -> rescale_grad as the kernel takes it
 
     def create_state(self, index, weight):
@@ -175,17 +181,37 @@ class ContractAdamW(ContractOptimizer):
                 nd.zeros(weight.shape, weight.context, dtype=weight.dtype))
 
     def update(self, index, weight, grad, state):
-        self._update_count(index)
-        t = self._index_update_count[index]  # resumes from optimizer.step (see write_state)
-        lr, wd, (b1, b2), (mean, var) = self._get_lr(index), self._get_wd(index), (self.beta1, self.beta2), state
-        c1, c2 = 1 - b1 ** t, 1 - b2 ** t
-        if weight.dtype == np.float32:
-            key = (weight.context, self.rescale_grad)
-            if key not in self._scales:
-                self._scales[key] = nd.array([self.rescale_grad], ctx=weight.context, dtype="float32")
-            nd.contrib.adamw_update(weight, grad, mean, var, self._scales[key], out=weight, lr=math.sqrt(c2) / c1,
-                                    eta=lr, beta1=b1, beta2=b2, epsilon=self.epsilon * math.sqrt(c2), wd=wd)
+        many = isinstance(index, (list, tuple))  # a group of ``aggregate_num``, one dtype, from Gluon's Updater
+        indices, weights, grads, states = (index, weight, grad, state) if many else ([index], [weight], [grad],
+                                                                                    [state])
+        self._update_count(indices)
+        lrs, wds = self._get_lrs(indices), self._get_wds(indices)
+        counts = [self._index_update_count[i] for i in indices]  # resume from optimizer.step (see write_state)
+        if weights[0].dtype != np.float32:
+            for w, g, (mean, var), lr, wd, t in zip(weights, grads, states, lrs, wds, counts):
+                self._exact(w, g, mean, var, lr, wd, t)
             return
+        for t in sorted(set(counts)):  # one call per count: the bias correction's terms are the call's
+            js = [j for j, c in enumerate(counts) if c == t]
+            c1, c2 = 1 - self.beta1 ** t, 1 - self.beta2 ** t
+            chosen = [weights[j] for j in js]
+            nd.contrib.multi_adamw_update(chosen, [grads[j] for j in js], [states[j][0] for j in js],
+                                          [states[j][1] for j in js], self._scale(chosen[0].context),
+                                          [math.sqrt(c2) / c1] * len(js), [wds[j] for j in js],
+                                          [lrs[j] for j in js], out=chosen, beta1=self.beta1, beta2=self.beta2,
+                                          epsilon=self.epsilon * math.sqrt(c2))
+
+    def _scale(self, context):
+        """``rescale_grad`` as the kernel takes it, an array on ``context`` (made once)."""
+        key = (context, self.rescale_grad)
+        if key not in self._scales:
+            self._scales[key] = nd.array([self.rescale_grad], ctx=context, dtype="float32")
+        return self._scales[key]
+
+    def _exact(self, weight, grad, mean, var, lr: float, wd: float, t: int) -> None:
+        """The contract's formula in ndarray arithmetic, its scalars float64."""
+        b1, b2 = self.beta1, self.beta2
+        c1, c2 = 1 - b1 ** t, 1 - b2 ** t
         g = grad * self.rescale_grad if self.rescale_grad != 1 else grad
         mean *= b1
         mean += (1 - b1) * g
