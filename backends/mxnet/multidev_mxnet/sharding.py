@@ -83,8 +83,12 @@ class Sharded:
         self.params = reps._trainable
         self.names = setup.spec.trainable()
         self.ranges = [setup.owned(p.shape[0]) for p in self.params]  # per parameter, per device: [a, b)
-        self.optimizer = optimizers.gluon_optimizer(setup.optimizer)
-        self.updaters = [mx.optimizer.get_updater(self.optimizer) for _ in self.contexts]
+        # each device its own optimizer (MXNet keys its update counts by the weights' context, and on CPU contexts
+        # a device's rows may lie in the first context's array) and updater (the state of its rows)
+        self.optimizers = [optimizers.gluon_optimizer(setup.optimizer) for _ in self.contexts]
+        self.updaters = [mx.optimizer.get_updater(opt) for opt in self.optimizers]
+        #: CPU contexts share the host's memory: a device updates its rows where the whole lies, no copies
+        self.shared = not any(c.device_type == "gpu" for c in self.contexts) and not self.processes
         #: level "parameters": device i's rows of parameter j (None: it owns none), what Parameter j holds there
         self.rows: list[list[Optional[mx.nd.NDArray]]] = [[None] * len(self.params) for _ in self.contexts]
         self.local = kvstore_type(self.contexts) == "local"  # how the replicated run's kvstore sums
@@ -160,39 +164,63 @@ class Sharded:
         ``optimizer`` took 1.39-1.43 times the replicated one's, then 1.01-1.11). Each device updates the rows of
         its own whole in place (views), and the join writes into the arrays the Parameters hold: new arrays each
         step cost a third more operators (a step of 128 8x8 images, AdamW: 409-446 ms, then 378-390, replicated
-        350-372).
+        350-372). CPU contexts share the host's memory, so there each device updates its rows of the first
+        context's whole and its gradient's rows where they were summed, its state on its own context: no rows
+        are copied. Each device's updater takes several parameters a call (the optimizer's fused kernels).
         """
-        self.optimizer.set_learning_rate(lr)
+        for opt in self.optimizers:
+            opt.set_learning_rate(lr)
         if self.processes:  # every context's gradient the job's total, added as the replicated run adds it
             self.reps._allreduce_processes()
-        first = self.contexts[0]
-        for j, param in enumerate(self.params):
-            total = None if self.processes else reduce_sum([g.as_in_context(first) for g in param.list_grad()],
-                                                           self.local)
-            for i, (a, b) in enumerate(self.ranges[j]):
-                if a == b:
-                    continue
-                source = param.grad(self.contexts[i]) if total is None else total
-                summed = source[a:b].as_in_context(self.contexts[i])  # a view, copied only to another context
-                if not self.released:  # the rows of the context's own whole, a view: updated in place
-                    self.rows[i][j] = param.data(self.contexts[i])[a:b]
-                self.updaters[i](j, summed, self.rows[i][j])
-            if not self.released and not self.processes:
-                self._gather_in_place(j, param)
-                for rows in self.rows:
-                    rows[j] = None
+        group = max(1, self.optimizers[0].aggregate_num)
+        for start in range(0, len(self.params), group):
+            self._update_group(range(start, min(start + group, len(self.params))))
         if not self.released and self.processes:  # one sum over the processes gathers every parameter
             self._spread(self._assembled(lambda i, j: self.rows[i][j]))
             self.rows = [[None] * len(self.params) for _ in self.contexts]
         self.steps += 1
         self.marked = False
 
+    def _update_group(self, js: range) -> None:
+        """Parameters ``js``: each device's rows updated in one call of its updater (the optimizer's fused kernel
+        over several weights), then gathered in place (one process, levels ``optimizer`` and ``gradients``)."""
+        first = self.contexts[0]
+        totals = {j: None if self.processes else self._total(self.params[j]) for j in js}
+        for i, ctx in enumerate(self.contexts):
+            owned = [j for j in js if self.ranges[j][i][1] > self.ranges[j][i][0]]
+            summed = []
+            for j in owned:
+                a, b = self.ranges[j][i]
+                source = self.params[j].grad(ctx) if totals[j] is None else totals[j]
+                summed.append(source[a:b] if self.shared else source[a:b].as_in_context(ctx))  # a view
+                if not self.released:  # the rows of a whole, a view: updated in place
+                    self.rows[i][j] = self.params[j].data(first if self.shared else ctx)[a:b]
+            if owned:
+                self._states_on(i, owned)
+                self.updaters[i](owned, summed, [self.rows[i][j] for j in owned])
+        if not self.released and not self.processes:
+            for j in js:
+                self._gather_in_place(j, self.params[j])
+                for rows in self.rows:
+                    rows[j] = None
+
+    def _states_on(self, i: int, js: list[int]) -> None:
+        """Device i's state of parameters ``js`` made on its own context where it has none yet (the updater would
+        make it beside the weights, which on shared contexts lie in the first context's arrays)."""
+        updater, ctx = self.updaters[i], self.contexts[i]
+        for j in js:
+            if j not in updater.states:
+                a, b = self.ranges[j][i]
+                like = nd.empty((b - a, *self.params[j].shape[1:]), ctx, dtype=self.dtype)
+                updater.states[j] = self.optimizers[i].create_state_multi_precision(j, like)
+                updater.states_synced[j] = True
+
     def _gather_in_place(self, j: int, param) -> None:
         """Each device's updated rows into the first context's whole, then that whole into every other context's
         own array: no array made, so the network's compiled graph keeps the ones it holds."""
         whole = param.data(self.contexts[0])
         for i, (a, b) in enumerate(self.ranges[j]):
-            if b > a and i > 0:
+            if b > a and i > 0 and not self.shared:  # shared: the rows were updated there
                 self.rows[i][j].copyto(whole[a:b])
         for ctx in self.contexts[1:]:
             whole.copyto(param.data(ctx))
@@ -203,8 +231,13 @@ class Sharded:
         if self.processes:
             self.reps._allreduce_processes()
             return {name: to_host(param.grad(first)) for name, param in zip(self.names, self.params)}
-        return {name: to_host(reduce_sum([g.as_in_context(first) for g in param.list_grad()], self.local))
-                for name, param in zip(self.names, self.params)}
+        return {name: to_host(self._total(param)) for name, param in zip(self.names, self.params)}
+
+    def _total(self, param) -> mx.nd.NDArray:
+        """One process: the contexts' gradients of ``param`` summed in the kvstore's order (on shared contexts
+        read where they lie, else copied to the first context first)."""
+        first = self.contexts[0]
+        return reduce_sum([g if self.shared else g.as_in_context(first) for g in param.list_grad()], self.local)
 
     def gradients(self, batch: Batch) -> State:
         """``Replicas.gradients``: the batch's summed gradient, no update; statistics and held micro-batches kept."""
@@ -265,7 +298,7 @@ class Sharded:
     def _slots(self, i: int, j: int) -> list[np.ndarray]:
         """Device i's rows of parameter j's slots (zeros before its first update)."""
         a, b = self.ranges[j][i]
-        held = self.optimizer.buffers(j, self.updaters[i].states.get(j))
+        held = self.optimizers[i].buffers(j, self.updaters[i].states.get(j))
         shape = (b - a, *self.params[j].shape[1:])
         return [to_host(s).astype(self.dtype, copy=False) if held else np.zeros(shape, self.dtype)
                 for s in held or self.reps.setup.optimizer.slots]
@@ -273,7 +306,8 @@ class Sharded:
     def load_optimizer_state(self, state: State) -> None:
         """Whole canonical state in: each device keeps its rows; MXNet's counts resume from ``optimizer.step``."""
         self.steps = int(state[STEP])
-        optimizers.resume_count(self.optimizer, self.steps)
+        for opt in self.optimizers:
+            optimizers.resume_count(opt, self.steps)
         for i, ctx in enumerate(self.contexts):
             updater = self.updaters[i]
             updater.states.clear()
@@ -283,7 +317,7 @@ class Sharded:
                 if a == b:
                     continue
                 like = nd.zeros((b - a, *param.shape[1:]), ctx, dtype=self.dtype)
-                created = self.optimizer.create_state_multi_precision(j, like)
+                created = self.optimizers[i].create_state_multi_precision(j, like)
                 for array, slot in zip(optimizers.slots(created), self.reps.setup.optimizer.slots):
                     write(array, np.asarray(state[slot_name(slot, name)])[a:b])
                 updater.states[j], updater.states_synced[j] = created, True

@@ -58,6 +58,18 @@ def test_lenet_adamw_float64_bits_on_3_devices(level):
     assert_same_bits(train(LENET, 3, level, ADAMW, dtype="float64"), train(LENET, 3, "none", ADAMW, dtype="float64"))
 
 
+def test_lenet_adamw_float32_bits_on_4_devices():
+    """float32 AdamW is MXNet's fused kernel over several weights a call: the sharded levels group each device's rows
+    (updated where the first context's whole lies: CPU contexts share memory) where the replicated run's kvstore
+    updates one whole weight a call, and still give its bits; each device's state stays on its context."""
+    whole = train(LENET, 4, "none", ADAMW)
+    for level in ("optimizer", "parameters"):
+        sharded = train(LENET, 4, level, ADAMW)
+        assert_same_bits(sharded, whole)
+        for ctx, updater in zip(sharded.contexts, sharded._shard.updaters):  # each device's state on its own
+            assert {slot.context for state in updater.states.values() for slot in state} == {ctx}
+
+
 def test_empty_shards_accumulation_nesterov_float64_bits_on_4_devices():
     whole = train(TINY_BN, 4, "none", NESTEROV, accumulate=2, dtype="float64")
     for level in ("optimizer", "parameters"):
