@@ -16,7 +16,13 @@ device each. A row shows
   fresh process that trains every level in turn, ``--rounds`` times in
   alternating order, ``--epochs`` epochs a run, and keeps each level's median
   epoch after a run's first (which carries the warm-up): between processes the
-  same run's epoch moved by 10-30% here, within one process by a few.
+  same run's epoch moved by 10-30% here, within one process by a few;
+- in one process, the step alone: every level's replicas built side by side
+  in one more fresh process, ``--steps`` steps of each in turn, the levels'
+  order alternating, 2 * ``--rounds`` + 1 times, the first round not counted;
+  the median step and that against ``none``: what a level changes, without
+  the epoch's evaluation and data loading, and with the levels alternated
+  every few steps rather than every run.
 
     python -m bench.bench_sharding --backends torch,jax,mxnet --model resnet18 --devices 4 --processes 2
 """
@@ -25,12 +31,13 @@ from __future__ import annotations
 
 import resource
 import statistics
+import time
 
 from bench import harness
 from bench.harness.memory import mib
 
 SMOKE = {"backends": "torch", "model": "mlp", "levels": "none,parameters", "processes": 0, "devices": 2, "epochs": 1,
-         "rounds": 1}
+         "rounds": 1, "steps": 1, "batch": 16}
 LEVELS = "none,optimizer,gradients,parameters"
 
 
@@ -88,6 +95,41 @@ def timer(backend: str, model: str, levels: list[str], devices: int, processes: 
     return {level: statistics.median(s) for level, s in seconds.items()}
 
 
+def stepper(backend: str, model: str, levels: list[str], devices: int, batch: int, steps: int,
+            rounds: int) -> dict[str, float]:
+    """Every level's median step (seconds) on ``devices`` devices of this (fresh) process, their replicas side by
+    side and stepped in turn: the first round compiles and warms, the rest alternate the levels' order."""
+    harness.as_the_command()
+    import multidev
+    from multidev.rules.optimizers import Optimizer
+
+    engine = multidev.load_backend(backend)
+    placed = tuple(harness.run_devices(engine, devices))
+    spec = multidev.ModelSpec(model, (1, 8, 8), 10)  # the embedded digits' shape
+    optimizer = Optimizer("adamw")
+    reps = {level: multidev.replicate(engine, multidev.Setup(spec, placed, optimizer=optimizer, shard=level,
+                                                             rows=batch), spec.init(0)) for level in levels}
+    x, y = synthetic_digits(batch)
+    cut = multidev.cut(x, y, multidev.shard_sizes(batch, devices))
+    seconds: dict[str, list[float]] = {level: [] for level in levels}
+    for r in range(2 * rounds + 1):
+        for level in levels if r % 2 == 0 else levels[::-1]:
+            for _ in range(steps):
+                start = time.perf_counter()
+                reps[level].train_step(reps[level].place(cut), 1e-3)  # returns once the step's sums are read
+                if r:
+                    seconds[level].append(time.perf_counter() - start)
+    return {level: statistics.median(s) for level, s in seconds.items()}
+
+
+def synthetic_digits(rows: int):
+    """``rows`` seeded 8x8 images in [0, 16] and labels, as the embedded digits are shaped."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return rng.uniform(0, 16, (rows, 1, 8, 8)).astype(np.float32), rng.integers(0, 10, rows).astype(np.int64)
+
+
 def mb(values: list[int]) -> float:
     return max(values) / 2**20 if values else float("nan")
 
@@ -101,10 +143,14 @@ def main() -> None:
     p.add_argument("--processes", type=int, default=2, help="0: no run over processes")
     p.add_argument("--epochs", type=int, default=3, help="epochs of each timed run (the first is not counted)")
     p.add_argument("--rounds", type=int, default=2, help="timed runs of each level, in alternating order")
+    p.add_argument("--steps", type=int, default=4, help="steps of a level in a row, timing the step alone")
+    p.add_argument("--batch", type=int, default=128, help="rows a step, timing the step alone (the run's default)")
     args = harness.parse(p, SMOKE)
     report = harness.report(__file__, args, f"{args.model} with AdamW on digits: {args.devices} devices in one "
                             f"process, then {args.processes} processes x 1 device; time: the median epoch after "
-                            f"the first of {args.rounds} runs of {args.epochs} epochs per level, levels in turn")
+                            f"the first of {args.rounds} runs of {args.epochs} epochs per level, levels in turn; "
+                            f"the step alone (one process): the median of {2 * args.rounds} rounds of {args.steps} "
+                            f"steps of {args.batch} rows per level, levels in turn, after a first round")
     forms = [(args.devices, 1)] + ([(1, args.processes)] if args.processes > 1 else [])
     levels = args.levels.split(",")
     for backend in args.backends.split(","):
@@ -114,6 +160,9 @@ def main() -> None:
                 seconds = harness.fresh(timer, label=f"{backend} timed", backend=backend, model=args.model,
                                         levels=levels, devices=devices, processes=processes, epochs=args.epochs,
                                         rounds=args.rounds)
+                steps = harness.fresh(stepper, label=f"{backend} steps", backend=backend, model=args.model,
+                                      levels=levels, devices=devices, batch=args.batch, steps=args.steps,
+                                      rounds=args.rounds) if processes == 1 else {}
             except harness.ChildFailed as failed:
                 report.add({**form, "shard": "all", "failed": str(failed)})
                 continue
@@ -126,8 +175,16 @@ def main() -> None:
                     continue
                 report.add({**form, "shard": level, **memory(row), "s/epoch": seconds[level],
                             "time / none": seconds[level] / seconds["none"] if "none" in seconds else float("nan"),
-                            "test acc": row["test_acc"]})
+                            **step_columns(steps, level), "test acc": row["test_acc"]})
     report.save()
+
+
+def step_columns(steps: dict[str, float], level: str) -> dict[str, float]:
+    """The step alone (one process): its median milliseconds and that against ``none``'s."""
+    if level not in steps:
+        return {"step ms": float("nan"), "step / none": float("nan")}
+    return {"step ms": 1e3 * steps[level],
+            "step / none": steps[level] / steps["none"] if "none" in steps else float("nan")}
 
 
 def memory(row: dict) -> dict[str, float]:
