@@ -161,7 +161,7 @@ class ContractAdamW(ContractOptimizer):
     float32 weights: contrib's fused kernel with the bias correction folded in
     (lr' = sqrt(c2) / c1, eps' = eps sqrt(c2)), several weights a call
     (``multi_adamw_update``, ``aggregate_num`` as Gluon's SGD). Its one pass
-    over the values took ResNet-18's update (11.2 M floats, this Xeon) from
+    over the values took ResNet-18's update (11.2 M floats, an Intel Xeon) from
     190 ms with the one-weight ``adamw_update`` (an expression per line) to
     70-79 ms, grouped by 1, 4 or 16; its values do not depend on the grouping
     nor on a weight cut into rows, so the sharded levels keep the replicated

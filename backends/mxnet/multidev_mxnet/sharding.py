@@ -192,7 +192,7 @@ class Sharded:
             for j in owned:
                 a, b = self.ranges[j][i]
                 source = self.params[j].grad(ctx) if totals[j] is None else totals[j]
-                summed.append(source[a:b] if self.shared else source[a:b].as_in_context(ctx))  # a view
+                summed.append(source[a:b] if self.shared else source[a:b].as_in_context(ctx))  # a view, or its copy
                 if not self.released:  # the rows of a whole, a view: updated in place
                     self.rows[i][j] = self.params[j].data(first if self.shared else ctx)[a:b]
             if owned:
