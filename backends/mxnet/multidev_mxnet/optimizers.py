@@ -74,6 +74,13 @@ class ContractOptimizer(mx.optimizer.Optimizer):
     def forget(self) -> None:
         """Drop what is kept beside the states: the states about to be loaded are the contract's own."""
 
+    @staticmethod
+    def as_lists(index, weight, grad, state) -> tuple[list, list, list, list]:
+        """An update's arguments as lists: one weight, or a group of ``aggregate_num`` from Gluon's Updater."""
+        if isinstance(index, (list, tuple)):
+            return index, weight, grad, state
+        return [index], [weight], [grad], [state]
+
 
 @mx.optimizer.register
 class ContractSGD(ContractOptimizer):
@@ -117,9 +124,7 @@ class ContractSGD(ContractOptimizer):
         self.scales.clear()
 
     def update(self, index, weight, grad, state):
-        many = isinstance(index, (list, tuple))  # a group of ``aggregate_num``, one dtype, from Gluon's Updater
-        indices, weights, grads, states = (index, weight, grad, state) if many else ([index], [weight], [grad],
-                                                                                    [state])
+        indices, weights, grads, states = self.as_lists(index, weight, grad, state)  # one dtype
         self._update_count(indices)
         lrs, wds, scale = self._get_lrs(indices), self._get_wds(indices), self.rescale_grad
         if weights[0].dtype == np.float32 and self.momentum and not self.nesterov:
@@ -181,9 +186,7 @@ class ContractAdamW(ContractOptimizer):
                 nd.zeros(weight.shape, weight.context, dtype=weight.dtype))
 
     def update(self, index, weight, grad, state):
-        many = isinstance(index, (list, tuple))  # a group of ``aggregate_num``, one dtype, from Gluon's Updater
-        indices, weights, grads, states = (index, weight, grad, state) if many else ([index], [weight], [grad],
-                                                                                    [state])
+        indices, weights, grads, states = self.as_lists(index, weight, grad, state)  # one dtype
         self._update_count(indices)
         lrs, wds = self._get_lrs(indices), self._get_wds(indices)
         counts = [self._index_update_count[i] for i in indices]  # resume from optimizer.step (see write_state)

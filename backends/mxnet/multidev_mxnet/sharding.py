@@ -87,11 +87,11 @@ class Sharded:
         # a device's rows may lie in the first context's array) and updater (the state of its rows)
         self.optimizers = [optimizers.gluon_optimizer(setup.optimizer) for _ in self.contexts]
         self.updaters = [mx.optimizer.get_updater(opt) for opt in self.optimizers]
-        #: CPU contexts share the host's memory: a device updates its rows where the whole lies, no copies
-        self.shared = not any(c.device_type == "gpu" for c in self.contexts) and not self.processes
         #: level "parameters": device i's rows of parameter j (None: it owns none), what Parameter j holds there
         self.rows: list[list[Optional[mx.nd.NDArray]]] = [[None] * len(self.params) for _ in self.contexts]
-        self.local = kvstore_type(self.contexts) == "local"  # how the replicated run's kvstore sums
+        self.local = kvstore_type(self.contexts) == "local"  # how the replicated run's kvstore sums (CPU contexts)
+        #: CPU contexts of one process share the host's memory: a device updates its rows where the whole lies
+        self.shared = self.local and not self.processes
         self.steps = 0
         self.gathered = not self.released  # whether the Parameters hold whole arrays
         self.marked = False  # whether autograd knows the Parameters' current arrays and gradients
@@ -207,13 +207,17 @@ class Sharded:
     def _states_on(self, i: int, js: list[int]) -> None:
         """Device i's state of parameters ``js`` made on its own context where it has none yet (the updater would
         make it beside the weights, which on shared contexts lie in the first context's arrays)."""
-        updater, ctx = self.updaters[i], self.contexts[i]
         for j in js:
-            if j not in updater.states:
-                a, b = self.ranges[j][i]
-                like = nd.empty((b - a, *self.params[j].shape[1:]), ctx, dtype=self.dtype)
-                updater.states[j] = self.optimizers[i].create_state_multi_precision(j, like)
-                updater.states_synced[j] = True
+            if j not in self.updaters[i].states:
+                self._new_state(i, j)
+
+    def _new_state(self, i: int, j: int):
+        """Device i's fresh state of its rows of parameter j, on its context, held by its updater."""
+        a, b = self.ranges[j][i]
+        like = nd.empty((b - a, *self.params[j].shape[1:]), self.contexts[i], dtype=self.dtype)
+        created = self.optimizers[i].create_state_multi_precision(j, like)
+        self.updaters[i].states[j], self.updaters[i].states_synced[j] = created, True
+        return created
 
     def _gather_in_place(self, j: int, param) -> None:
         """Each device's updated rows into the first context's whole, then that whole into every other context's
@@ -308,19 +312,15 @@ class Sharded:
         self.steps = int(state[STEP])
         for opt in self.optimizers:
             optimizers.resume_count(opt, self.steps)
-        for i, ctx in enumerate(self.contexts):
-            updater = self.updaters[i]
+        for i, updater in enumerate(self.updaters):
             updater.states.clear()
             updater.states_synced.clear()
-            for j, (name, param) in enumerate(zip(self.names, self.params)):
+            for j, name in enumerate(self.names):
                 a, b = self.ranges[j][i]
                 if a == b:
                     continue
-                like = nd.zeros((b - a, *param.shape[1:]), ctx, dtype=self.dtype)
-                created = self.optimizers[i].create_state_multi_precision(j, like)
-                for array, slot in zip(optimizers.slots(created), self.reps.setup.optimizer.slots):
+                for array, slot in zip(optimizers.slots(self._new_state(i, j)), self.reps.setup.optimizer.slots):
                     write(array, np.asarray(state[slot_name(slot, name)])[a:b])
-                updater.states[j], updater.states_synced[j] = created, True
 
     def held_bytes(self) -> list[dict[str, int]]:
         """Per context: bytes of the arrays its Parameters hold and of its updater's state (read from them)."""
