@@ -18,11 +18,11 @@ device each. A row shows
   epoch after a run's first (which carries the warm-up): between processes the
   same run's epoch moved by 10-30% here, within one process by a few;
 - in one process, the step alone: every level's replicas built side by side
-  in one more fresh process, ``--steps`` steps of each in turn, the levels'
-  order alternating, 2 * ``--rounds`` + 1 times, the first round not counted;
-  the median step and that against ``none``: what a level changes, without
-  the epoch's evaluation and data loading, and with the levels alternated
-  every few steps rather than every run.
+  in one more fresh process, ``--steps`` untimed steps of each, then 2 *
+  ``--rounds`` rounds of ``--steps`` steps of each in turn; the median
+  round's step and that against ``none``: what a level changes, without the
+  epoch's evaluation and data loading, and with the levels alternated every
+  few steps rather than every run.
 
     python -m bench.bench_sharding --backends torch,jax,mxnet --model resnet18 --devices 4 --processes 2
 """
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import resource
 import statistics
-import time
 
 from bench import harness
 from bench.harness.memory import mib
@@ -98,10 +97,12 @@ def timer(backend: str, model: str, levels: list[str], devices: int, processes: 
 def stepper(backend: str, model: str, levels: list[str], devices: int, batch: int, steps: int,
             rounds: int) -> dict[str, float]:
     """Every level's median step (seconds) on ``devices`` devices of this (fresh) process, their replicas side by
-    side and stepped in turn: the first round compiles and warms, the rest alternate the levels' order."""
+    side and stepped in turn (``harness.compare``: ``steps`` untimed steps each, then alternating rounds)."""
     harness.as_the_command()
     import multidev
     from multidev.rules.optimizers import Optimizer
+
+    from bench.jax_peers import synthetic_batch
 
     engine = multidev.load_backend(backend)
     placed = tuple(harness.run_devices(engine, devices))
@@ -109,25 +110,12 @@ def stepper(backend: str, model: str, levels: list[str], devices: int, batch: in
     optimizer = Optimizer("adamw")
     reps = {level: multidev.replicate(engine, multidev.Setup(spec, placed, optimizer=optimizer, shard=level,
                                                              rows=batch), spec.init(0)) for level in levels}
-    x, y = synthetic_digits(batch)
+    x, y = synthetic_batch({"batch": batch, "size": 8})
     cut = multidev.cut(x, y, multidev.shard_sizes(batch, devices))
-    seconds: dict[str, list[float]] = {level: [] for level in levels}
-    for r in range(2 * rounds + 1):
-        for level in levels if r % 2 == 0 else levels[::-1]:
-            for _ in range(steps):
-                start = time.perf_counter()
-                reps[level].train_step(reps[level].place(cut), 1e-3)  # returns once the step's sums are read
-                if r:
-                    seconds[level].append(time.perf_counter() - start)
-    return {level: statistics.median(s) for level, s in seconds.items()}
-
-
-def synthetic_digits(rows: int):
-    """``rows`` seeded 8x8 images in [0, 16] and labels, as the embedded digits are shaped."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    return rng.uniform(0, 16, (rows, 1, 8, 8)).astype(np.float32), rng.integers(0, 10, rows).astype(np.int64)
+    # each step returns once its sums are read
+    contenders = {level: (lambda r=r: r.train_step(r.place(cut), 1e-3)) for level, r in reps.items()}
+    rates = harness.compare(contenders, batch=batch, steps=steps, repeats=2 * rounds, warmup=steps)
+    return {level: batch / rate for level, rate in rates.items()}
 
 
 def mb(values: list[int]) -> float:
@@ -150,7 +138,7 @@ def main() -> None:
                             f"process, then {args.processes} processes x 1 device; time: the median epoch after "
                             f"the first of {args.rounds} runs of {args.epochs} epochs per level, levels in turn; "
                             f"the step alone (one process): the median of {2 * args.rounds} rounds of {args.steps} "
-                            f"steps of {args.batch} rows per level, levels in turn, after a first round")
+                            f"steps of {args.batch} rows per level, levels in turn, after {args.steps} untimed steps each")
     forms = [(args.devices, 1)] + ([(1, args.processes)] if args.processes > 1 else [])
     levels = args.levels.split(",")
     for backend in args.backends.split(","):
