@@ -24,6 +24,7 @@ from multidev.nn.layers import LAYERS, LN_EPS
 from multidev.nn.zoo import Block, resnet18_blocks
 from multidev.processes.group import ProcessGroup
 from multidev.processes.hostsum import HostSum
+from multidev.processes.rowgather import RowGather
 from multidev.processes.faults import JobStopped, Restart, restart, restart_count, will_restart
 from multidev.processes.launch import Launch, parse_master
 from multidev.processes.spawn import GRACE, Helper, cause, spawn, worker_failed
@@ -40,7 +41,7 @@ __all__ = [
     "Accumulates", "AllGather", "BN_EPS", "BN_MOMENTUM", "Backend", "BatchT", "Block", "CAPABILITIES", "cause",
     "DTYPES", "Device", "DeviceShard", "Helper", "LAYERS", "LN_EPS", "Launch", "ModelSpec", "MultiProcessBackend",
     "MultidevError", "Optimizer", "OptimizerState", "PendingStats", "PlansCpuDevices", "PRECISIONS", "HostSum", "Param",
-    "Placed", "ProcessGroup", "QueuesSteps", "STEP", "plan_cpu_devices",
+    "Placed", "ProcessGroup", "QueuesSteps", "RowGather", "STEP", "plan_cpu_devices",
     "check_state", "slot_name", "Replicas", "Setup", "Shards", "State", "StepStats", "combine_moments",
     "resnet18_blocks", "run_lockstep", "running_statistic", "spawn", "statistic_sources", "worker_failed",
     # restarts after a fault and signals passed on, for an engine whose framework brings its own launcher

@@ -12,5 +12,6 @@
   and the check that every rank got the same settings;
 - ``threads``: the cores shared out among the workers;
 - ``hostsum``: gradients summed through shared memory where every process
-  of a job is on one machine.
+  of a job is on one machine;
+- ``rowgather``: there too, a sharded job's rows gathered whole.
 """

@@ -104,6 +104,10 @@ class HostSum:
             path.unlink(missing_ok=True)  # the mappings stay; nothing is left behind if the job dies
         return cls(buffer, numel, dtype, group, barrier, sets)
 
+    def barrier(self) -> None:
+        """Every rank waits for every other (the engine's own barrier): for a caller that shares the total too."""
+        self._barrier()
+
     def slot(self) -> np.ndarray:
         """Where this rank puts its values before :meth:`sum` or :meth:`gather`."""
         return self._sets[self._turn][self.group.rank]

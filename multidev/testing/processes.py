@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 import pytest
 
@@ -74,10 +74,11 @@ def command(engine: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "multidev", "train", "--backend", engine, "--no-progress", *args]
 
 
-def run(engine: str, *args: str) -> None:
+def run(engine: str, *args: str, env: Optional[dict[str, str]] = None) -> None:
+    """The kit's job with ``args`` (and ``env`` added to this environment), which must succeed."""
     meet = ["--master", f"127.0.0.1:{free_port()}"] if "--processes" in args else []  # not a port another job holds
     done = subprocess.run(command(engine, *JOB, "--threads", THREADS, *meet, *args), capture_output=True, text=True,
-                          timeout=900)
+                          timeout=900, env={**os.environ, **(env or {})})
     assert done.returncode == 0, done.stderr[-3000:]
 
 

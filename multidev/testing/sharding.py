@@ -160,14 +160,16 @@ class ShardingChecks(EngineFixtures):
     @pytest.mark.slow
     @pytest.mark.parametrize("level", [pytest.param("optimizer", marks=pytest.mark.full),
                                        pytest.param("gradients", marks=pytest.mark.full), "parameters",
-                                       pytest.param("parameters 2x2", marks=pytest.mark.full)])
+                                       pytest.param("parameters 2x2", marks=pytest.mark.full),
+                                       pytest.param("optimizer runtime", marks=pytest.mark.full)])
     def test_two_processes_at_a_level_are_the_replicated_run(self, engine, level, tmp_path):
         """2 processes at ``level`` against 2 devices replicated; ``parameters 2x2``: 2 processes x 2 devices
-        against themselves replicated (which add a process's devices first, so not as 4 devices do). float64
-        AdamW, the parameters and the optimizer state (the same bits where the class sets ``shard_rtol = 0``).
-        At ``parameters`` (CI's level: it gathers, reduce-scatters and updates rows, every path) the issue's
-        promise too: the checkpoint (the whole state, gathered) resumes on 1 device of another engine and ends
-        where the uninterrupted run ends."""
+        against themselves replicated (which add a process's devices first, so not as 4 devices do); ``optimizer
+        runtime``: every sum and gather over the engine's runtime (``MULTIDEV_HOST_SUM=off``), not shared memory.
+        float64 AdamW, the parameters and the optimizer state (the same bits where the class sets
+        ``shard_rtol = 0``). At ``parameters`` (CI's level: it gathers, reduce-scatters and updates rows, every
+        path) the issue's promise too: the checkpoint (the whole state, gathered) resumes on 1 device of another
+        engine and ends where the uninterrupted run ends."""
         MultiProcessChecks.needs_processes(engine)
         self.require(engine, "shard_processes")
         self.require(engine, "float64")
@@ -176,8 +178,9 @@ class ShardingChecks(EngineFixtures):
         form = ["--processes", "2", "--devices", "2"] if level.endswith("2x2") else ["--processes", "2"]
         replicated = form if level.endswith("2x2") else ["--devices", "2"]
         sharded, expected = tmp_path / "sharded.npz", tmp_path / "replicated.npz"
+        env = {"MULTIDEV_HOST_SUM": "off"} if level.endswith("runtime") else None
         run(engine.name, *replicated, *job, "--checkpoint", str(expected))
-        run(engine.name, *form, "--shard", level.split()[0], *job, "--checkpoint", str(sharded))
+        run(engine.name, *form, "--shard", level.split()[0], *job, "--checkpoint", str(sharded), env=env)
         for part, load in (("parameters", lambda p: ckpt.load(p)[1]), ("optimizer state", ckpt.load_optimizer_state)):
             assert_states_close(load(sharded), load(expected), rtol=self.shard_rtol, floor=1e-9,
                                 names=[n for n in load(expected) if n != STEP],
