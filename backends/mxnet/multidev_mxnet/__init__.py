@@ -22,7 +22,8 @@ token, position embedding and attention as Gluon blocks),
 ``onednn`` (float32's LayerNorm, ReLU6 and global pooling as operators
 oneDNN runs), ``runtime`` (loading MXNet on first use, and its thread count),
 ``transfers`` (large copies to and from NumPy as MXNet's operators, which
-keep OpenMP off the calling thread),
+keep OpenMP off the calling thread), ``rowgather`` (a sharded job's rows
+crossing its processes through the gradient sum's shared memory),
 ``serve`` (``python -m multidev_mxnet.serve``: the job's scheduler or a
 server of its kvstore) and ``bf16_support`` (whether this CPU's oneDNN computes
 bfloat16, read from its flags without loading MXNet).

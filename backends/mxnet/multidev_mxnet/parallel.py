@@ -42,8 +42,8 @@ from typing import Optional
 
 import numpy as np
 
-from multidev.engine import (STEP, DeviceShard, MultidevError, Placed, ReplicaStates, Setup, Shards, State,
-                             StepStats, WaitedSteps,
+from multidev.engine import (STEP, DeviceShard, HostSum, MultidevError, Placed, ReplicaStates, Setup, Shards,
+                             State, StepStats, WaitedSteps,
                              check_state, first_line, labels, predictions, run_lockstep, statistic_sources)
 
 from . import distributed, optimizers, sharding
@@ -232,6 +232,18 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
         """Every context gets the gradients summed over the contexts and processes of the job."""
         self.sum_processes([p.list_grad() for p in self._trainable])
 
+    def shared_sum(self) -> Optional[HostSum]:
+        """The trainable parameters' sum through this machine's shared memory, opened at the first call (a
+        collective); None where the job is not on one machine or its contexts are not CPUs."""
+        if self._host_sum is None:
+            numel = sum(int(np.prod(p.shape)) for p in self._trainable)
+            shared = distributed.host_sum(numel, self.dtype, self.setup.group) if self._cpu else None
+            # MXNet's views of the shared slot and total (from_numpy takes a view of its own: it makes it read-only)
+            self._host_sum = (shared, shared and nd.from_numpy(shared.slot().view(), zero_copy=True),
+                              shared and nd.from_numpy(shared.sum_view(), zero_copy=True))
+            self.process_sums = "shared memory" if shared else "the kvstore's servers"
+        return self._host_sum[0]
+
     def sum_processes(self, arrays: list[list[mx.nd.NDArray]]) -> None:
         """Each trainable parameter's arrays (one per context, or one alone) summed over them and over the job's
         processes, the total written back into every one (a collective: every rank calls it alike).
@@ -241,17 +253,11 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
         """
         if not arrays:  # nothing trainable: every rank alike has nothing to sum
             return
-        if self._host_sum is None:
-            numel = sum(int(np.prod(p.shape)) for p in self._trainable)
-            shared = distributed.host_sum(numel, self.dtype, self.setup.group) if self._cpu else None
-            # MXNet's views of the shared slot and total (from_numpy takes a view of its own: it makes it read-only)
-            self._host_sum = (shared, shared and nd.from_numpy(shared.slot().view(), zero_copy=True),
-                              shared and nd.from_numpy(shared.sum_view(), zero_copy=True))
-            self.process_sums = "shared memory" if shared else "the kvstore's servers"
-        shared, slot, total = self._host_sum
+        shared = self.shared_sum()
         if shared is None:
             distributed.kvstore().pushpull(self._keys, arrays, out=arrays)
             return
+        _, slot, total = self._host_sum
         start = 0
         for per_context in arrays:  # this process's contexts summed, into its slot
             size = per_context[0].size

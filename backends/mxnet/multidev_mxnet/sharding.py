@@ -20,10 +20,13 @@ Over a job's processes (device ``rank * k + i`` of the job, ``Setup.owned``)
 the rows cross through the replicated run's own sum over processes
 (``MXNetReplicas.sum_processes``: shared memory, or the kvstore): the
 gradients are summed as the replicated run sums them (the same additions,
-then each device keeps its rows of its context's total), and a gather (the
-updated rows, the parameters at ``parameters``, a state read) is a sum of each
-process's rows placed in zeros, exact since x + 0 is x. Every rank gathers at
-the same moments (the core saves on every rank of a sharded job).
+then each device keeps its rows of its context's total). A gather (the
+updated rows, the parameters at ``parameters``, a state read) goes through
+shared memory where the job is on one machine (:mod:`.rowgather`: each
+process writes its rows, then reads the others'), else it is a sum over the
+kvstore of each process's rows placed in zeros, exact since x + 0 is x. Every
+rank gathers at the same moments (the core saves on every rank of a sharded
+job).
 
 BatchNorm's running statistics are not trainable: they stay whole, as the
 replicated path keeps them.
@@ -35,10 +38,11 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from multidev.engine import STEP, State, slot_name
+from multidev.engine import STEP, RowGather, State, slot_name
 
 from . import optimizers
 from .devices import kvstore_type
+from .rowgather import HostRows
 from .runtime import mxnet
 from .transfers import to_device, to_host, write
 
@@ -92,6 +96,8 @@ class Sharded:
         self.local = kvstore_type(self.contexts) == "local"  # how the replicated run's kvstore sums (CPU contexts)
         #: CPU contexts of one process share the host's memory: a device updates its rows where the whole lies
         self.shared = self.local and not self.processes
+        self._host: Optional[HostRows] = None  # the gather through shared memory, opened at the first gather
+        self._host_tried = False
         self.steps = 0
         self.gathered = not self.released  # whether the Parameters hold whole arrays
         self.marked = False  # whether autograd knows the Parameters' current arrays and gradients
@@ -127,10 +133,28 @@ class Sharded:
         if self.released or (self.drops and not keep_gradients):
             self.marked = False
 
+    def _shared(self) -> Optional[HostRows]:
+        """The gather through the gradient sum's shared memory (opened by every rank at its first gather if no sum
+        has yet); None where the job is not on one machine, or its contexts are not CPUs."""
+        if not self._host_tried:
+            self._host_tried = True
+            shared = self.reps.shared_sum()
+            self._host = shared and HostRows(RowGather(shared, [tuple(p.shape) for p in self.params],
+                                                       len(self.contexts)), self.reps.setup.group.rank)
+        return self._host
+
     def _assembled(self, rows: Callable[[int, int], Union[mx.nd.NDArray, np.ndarray]]) -> list[mx.nd.NDArray]:
         """Every trainable parameter whole on the first context from the job's owners (``rows(i, j)``: local
-        device i's rows of parameter j): each process's rows in zeros, summed over the processes (x + 0 is x)."""
-        first, wholes = self.contexts[0], []
+        device i's rows of parameter j): through shared memory, or each process's rows in zeros summed over the
+        processes (x + 0 is x)."""
+        first, wholes, host = self.contexts[0], [], self._shared()
+        if host is not None:
+            host.put(rows)
+            for j, param in enumerate(self.params):
+                wholes.append(nd.empty(param.shape, first, dtype=self.dtype))
+                host.copy_out(j, wholes[-1])
+            nd.waitall()  # read before the next sum writes the total
+            return wholes
         for j, param in enumerate(self.params):
             whole = nd.zeros(param.shape, first, dtype=self.dtype)
             for i, (a, b) in enumerate(self.ranges[j]):
@@ -175,11 +199,24 @@ class Sharded:
         group = max(1, self.optimizers[0].aggregate_num)
         for start in range(0, len(self.params), group):
             self._update_group(range(start, min(start + group, len(self.params))))
-        if not self.released and self.processes:  # one sum over the processes gathers every parameter
-            self._spread(self._assembled(lambda i, j: self.rows[i][j]))
+        if not self.released and self.processes:  # one gather over the processes, of every parameter
+            self._gather_processes()
             self.rows = [[None] * len(self.params) for _ in self.contexts]
         self.steps += 1
         self.marked = False
+
+    def _gather_processes(self) -> None:
+        """The updated rows of every device of the job into every context's whole: through shared memory into the
+        arrays the Parameters hold (each context's own rows are in place), else a sum of zeros and new arrays."""
+        host = self._shared()
+        if host is None:
+            self._spread(self._assembled(lambda i, j: self.rows[i][j]))
+            return
+        host.put(lambda i, j: self.rows[i][j])
+        for j, param in enumerate(self.params):
+            for i, ctx in enumerate(self.contexts):
+                host.copy_out(j, param.data(ctx), skip=host.base + i)
+        nd.waitall()  # read before the next sum writes the total
 
     def _update_group(self, js: range) -> None:
         """Parameters ``js``: each device's rows updated in one call of its updater (the optimizer's fused kernel

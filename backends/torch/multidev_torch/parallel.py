@@ -104,7 +104,7 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         if self._fsdp is not None:
             self.process_sums = fsdp.SUMS
         #: else a sharded run's owners of each parameter's rows and their optimizers (sharding.py); None: replicated
-        self._owners = Owners(setup, self.models, self._layout) \
+        self._owners = Owners(setup, self.models, self._layout, self.shared_sum) \
             if setup.shard != "none" and self._trains and self._fsdp is None else None
         self.optimizers = [optimizers.Update(setup.optimizer, m.parameters()) for m in self.models] \
             if self._trains and self._owners is None and self._fsdp is None else []
@@ -243,6 +243,14 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
                 for p in per_replica:
                     p.grad = total if p.device == total.device else total.to(p.device)
 
+    def shared_sum(self) -> Optional[HostSum]:
+        """The parameters' sum through this machine's shared memory, opened at the first call (a collective); None
+        where the job sums through gloo or NCCL."""
+        if self._host_sum is None:
+            self._host_sum = [host_sum(sum(p.numel() for p in self.models[0].parameters()), self.dtype)]
+            self.process_sums = "shared memory" if self._host_sum[0] else ("nccl" if self._cuda else "gloo")
+        return self._host_sum[0]
+
     def _allreduce_processes(self) -> None:
         """Sum the gradients of every process (each already holds its devices' sum) into every replica.
 
@@ -250,10 +258,7 @@ class TorchReplicas(WaitedSteps, ReplicaStates):
         """
         params = [list(m.parameters()) for m in self.models]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params[0]]
-        if self._host_sum is None:
-            self._host_sum = [host_sum(sum(g.numel() for g in grads), self.dtype)]
-            self.process_sums = "shared memory" if self._host_sum[0] else ("nccl" if self._cuda else "gloo")
-        shared = self._host_sum[0]
+        shared = self.shared_sum()
         if shared is None:
             summed = all_sum_tensors(grads)
         else:

@@ -13,10 +13,12 @@ PyTorch's ``Shard(0)`` rows of each parameter, device by device over the job):
 - ``parameters``: the replicas' parameters are freed after each update too
   (storage of size 0) and gathered from the owners when a step needs them.
 
-Across processes the rows cross through the engine's sums: the gradients
-through the replicated run's all-reduce (the same additions, then each
-device keeps its rows), the parameters and the state as a sum of zeros and
-each owner's rows (exact: x + 0 is x). Running statistics stay whole.
+Across processes the gradients cross through the replicated run's
+all-reduce (the same additions, then each device keeps its rows); the
+parameters and the state through shared memory where the job is on one
+machine (``multidev.processes.rowgather``: each process writes its rows,
+then reads the others'), else as a sum of zeros and each owner's rows
+(exact: x + 0 is x). Running statistics stay whole.
 
 A CPU job of one device per process at ``gradients`` or ``parameters`` is not
 sharded here but by PyTorch's own FSDP2 (:mod:`.fsdp`); these owners keep one
@@ -27,12 +29,12 @@ process with several devices, several devices per process, the level
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 
-from multidev.engine import STEP, Setup, State, sharded_parts, slot_name
+from multidev.engine import STEP, HostSum, RowGather, Setup, State, sharded_parts, slot_name
 
 from .distributed import all_sum_tensors
 from .optimizers import SLOTS, Update, state_bytes
@@ -41,8 +43,9 @@ from .optimizers import SLOTS, Update, state_bytes
 class Owners:
     """Every local device's rows of each parameter, with the optimizer that updates them."""
 
-    def __init__(self, setup: Setup, models: Sequence[torch.nn.Module], layout: torch.memory_format) -> None:
-        self.setup, self.models, self.layout = setup, list(models), layout
+    def __init__(self, setup: Setup, models: Sequence[torch.nn.Module], layout: torch.memory_format,
+                 shared_sum: Callable[[], Optional[HostSum]]) -> None:
+        self.setup, self.models, self.layout, self.shared_sum = setup, list(models), layout, shared_sum
         self.parts = sharded_parts(setup.shard)
         self.places = [next(m.parameters()).device for m in self.models]
         first = dict(self.models[0].named_parameters())
@@ -59,6 +62,8 @@ class Owners:
             for i, m in enumerate(self.models)]
         self.optimizers = [Update(setup.optimizer, own.values()) if own else None for own in self.owned]
         self.whole = True  # the replicas hold their whole parameters
+        self._gather: Optional[RowGather] = None  # through shared memory, opened at the first gather
+        self._gather_tried = False
         self.release()
 
     def _rows(self, p: torch.Tensor, a: int, b: int) -> torch.Tensor:
@@ -80,8 +85,11 @@ class Owners:
         self.release()
 
     def _assembled(self, parts: Callable[[int, str], torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Whole arrays from the owners' rows (``parts(i, name)``), on the first device; over the processes, a
-        sum of each process's rows and zeros."""
+        """Whole arrays from the owners' rows (``parts(i, name)``), on the first device; over the processes,
+        through shared memory, or a sum of each process's rows and zeros."""
+        gather = self._shared()
+        if gather is not None:
+            return self._gathered(gather, parts)
         out = {}
         for name, shape in self.shapes.items():
             if not shape:
@@ -97,6 +105,28 @@ class Owners:
             for name, total in zip(names, all_sum_tensors([out[n] for n in names])):
                 out[name] = total
         return out
+
+    def _shared(self) -> Optional[RowGather]:
+        """The gather through the gradient sum's shared memory (opened by every rank at its first gather if no sum
+        has yet, a collective); None in one process, or where the job sums otherwise."""
+        if not self._gather_tried and self.setup.group.size > 1:
+            self._gather_tried = True
+            host = self.shared_sum()
+            self._gather = host and RowGather(host, list(self.shapes.values()), len(self.models))
+        return self._gather
+
+    def _gathered(self, gather: RowGather, parts: Callable[[int, str], torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``_assembled`` through shared memory: this process's rows written into the sum's total, every array
+        read whole from it (views: copy before the next sum or gather)."""
+        gather.start()
+        flat, base = torch.from_numpy(gather.array()), self.setup.group.rank * len(self.models)
+        for j, name in enumerate(self.shapes):
+            for i in range(len(self.models)):
+                lo, hi = gather.span(j, base + i)
+                if hi > lo:
+                    flat[lo:hi].copy_(parts(i, name).reshape(-1))
+        gather.finish()
+        return {name: torch.from_numpy(gather.whole(j)).to(self.places[0]) for j, name in enumerate(self.shapes)}
 
     def gather(self) -> None:
         """Every replica's whole parameters from their owners (the all-gather): below ``parameters`` each replica
