@@ -63,7 +63,8 @@ class HostSum:
 
     Either :meth:`sum` adds the slots here, or :meth:`gather` hands them to a
     framework that adds them inside its own step (JAX, which then needs two
-    sets of slots, used in turn).
+    sets of slots, used in turn). Between sums a sharded job gathers its rows
+    in the total (:mod:`.rowgather`).
     """
 
     def __init__(self, buffer: mmap.mmap, numel: int, dtype: np.dtype, group: ProcessGroup,
