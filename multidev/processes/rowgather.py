@@ -15,7 +15,7 @@ beyond the sum's.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -49,6 +49,20 @@ class RowGather:
             offset += rows * size
         if offset != host.numel:
             raise ValueError(f"the arrays hold {offset} values, the shared sum {host.numel}")
+
+    @property
+    def base(self) -> int:
+        """This process's first device in the job: its devices are ``base`` to ``base + k - 1``."""
+        return self.host.group.rank * self.k
+
+    def mine(self) -> Iterator[tuple[int, int, int, int]]:
+        """``(j, i, lo, hi)`` for each array j and each of this process's devices i that owns rows of it: where
+        those rows go in :meth:`array`."""
+        for j in range(len(self.shapes)):
+            for i in range(self.k):
+                lo, hi = self.span(j, self.base + i)
+                if hi > lo:
+                    yield j, i, lo, hi
 
     def array(self) -> np.ndarray:
         """Where each rank writes its devices' rows, at their :meth:`span`, between :meth:`start` and :meth:`finish`."""

@@ -35,14 +35,12 @@ def test_every_rank_reads_every_array_whole_after_each_sum(size, k):
     for step in range(3):  # a sum's total in between: a gather must not see it, nor the last gather's rows
         ranks[0].array()[:] = np.nan
         arrays = [np.random.default_rng(10 * step + j).normal(size=s) for j, s in enumerate(SHAPES)]
-        for gather in ranks:  # each rank writes only its devices' rows
-            for j, array in enumerate(arrays):
-                for i in range(k):
-                    device = gather.host.group.rank * k + i
-                    a, b = _owned(array.shape, device, size * k)
-                    lo, hi = gather.span(j, device)
-                    rows = array if array.ndim else array.reshape(1)  # a scalar: one row, device 0's
-                    gather.array()[lo:hi] = rows[a:b].reshape(-1)
+        for gather in ranks:  # each rank writes only its devices' rows, where mine() says
+            for j, i, lo, hi in gather.mine():
+                array = arrays[j]
+                a, b = _owned(array.shape, gather.host.group.rank * k + i, size * k)
+                rows = array if array.ndim else array.reshape(1)  # a scalar: one row, device 0's
+                gather.array()[lo:hi] = rows[a:b].reshape(-1)
         for gather in ranks:
             for j, array in enumerate(arrays):
                 np.testing.assert_array_equal(gather.whole(j), array)

@@ -28,24 +28,20 @@ Rows = Callable[[int, int], Union[mx.nd.NDArray, np.ndarray]]
 class HostRows:
     """This process's side of the gather: its devices' rows in, every owner's rows out."""
 
-    def __init__(self, gather: RowGather, rank: int) -> None:
-        self.gather, self.k = gather, gather.k
-        self.base = rank * self.k  # this process's first device in the job
+    def __init__(self, gather: RowGather) -> None:
+        self.gather = gather
         self._array = nd.from_numpy(gather.array().view(), zero_copy=True)  # the view turns read-only, not the sum
 
     def put(self, rows: Rows) -> None:
         """This process's rows written where every rank reads them (a collective: every rank puts alike)."""
         self.gather.start()
         flat = self.gather.array()
-        for j in range(len(self.gather.shapes)):
-            for i in range(self.k):
-                lo, hi = self.gather.span(j, self.base + i)
-                if hi > lo:
-                    part = rows(i, j)
-                    if isinstance(part, np.ndarray):
-                        flat[lo:hi] = part.reshape(-1)
-                    else:
-                        copy_into(part.reshape((-1,)), self._array[lo:hi])
+        for j, i, lo, hi in self.gather.mine():
+            part = rows(i, j)
+            if isinstance(part, np.ndarray):
+                flat[lo:hi] = part.reshape(-1)
+            else:
+                copy_into(part.reshape((-1,)), self._array[lo:hi])
         self._array.wait_to_read()
         self.gather.finish()
 

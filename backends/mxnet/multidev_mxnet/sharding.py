@@ -34,6 +34,7 @@ replicated path keeps them.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -96,8 +97,6 @@ class Sharded:
         self.local = kvstore_type(self.contexts) == "local"  # how the replicated run's kvstore sums (CPU contexts)
         #: CPU contexts of one process share the host's memory: a device updates its rows where the whole lies
         self.shared = self.local and not self.processes
-        self._host: Optional[HostRows] = None  # the gather through shared memory, opened at the first gather
-        self._host_tried = False
         self.steps = 0
         self.gathered = not self.released  # whether the Parameters hold whole arrays
         self.marked = False  # whether autograd knows the Parameters' current arrays and gradients
@@ -133,21 +132,18 @@ class Sharded:
         if self.released or (self.drops and not keep_gradients):
             self.marked = False
 
-    def _shared(self) -> Optional[HostRows]:
+    @cached_property
+    def _host(self) -> Optional[HostRows]:
         """The gather through the gradient sum's shared memory (opened by every rank at its first gather if no sum
         has yet); None where the job is not on one machine, or its contexts are not CPUs."""
-        if not self._host_tried:
-            self._host_tried = True
-            shared = self.reps.shared_sum()
-            self._host = shared and HostRows(RowGather(shared, [tuple(p.shape) for p in self.params],
-                                                       len(self.contexts)), self.reps.setup.group.rank)
-        return self._host
+        shared = self.reps.shared_sum()
+        return shared and HostRows(RowGather(shared, [tuple(p.shape) for p in self.params], len(self.contexts)))
 
     def _assembled(self, rows: Callable[[int, int], Union[mx.nd.NDArray, np.ndarray]]) -> list[mx.nd.NDArray]:
         """Every trainable parameter whole on the first context from the job's owners (``rows(i, j)``: local
         device i's rows of parameter j): through shared memory, or each process's rows in zeros summed over the
         processes (x + 0 is x)."""
-        first, wholes, host = self.contexts[0], [], self._shared()
+        first, wholes, host = self.contexts[0], [], self._host
         if host is not None:
             host.put(rows)
             for j, param in enumerate(self.params):
@@ -208,14 +204,14 @@ class Sharded:
     def _gather_processes(self) -> None:
         """The updated rows of every device of the job into every context's whole: through shared memory into the
         arrays the Parameters hold (each context's own rows are in place), else a sum of zeros and new arrays."""
-        host = self._shared()
+        host = self._host
         if host is None:
             self._spread(self._assembled(lambda i, j: self.rows[i][j]))
             return
         host.put(lambda i, j: self.rows[i][j])
         for j, param in enumerate(self.params):
             for i, ctx in enumerate(self.contexts):
-                host.copy_out(j, param.data(ctx), skip=host.base + i)
+                host.copy_out(j, param.data(ctx), skip=host.gather.base + i)
         nd.waitall()  # read before the next sum writes the total
 
     def _update_group(self, js: range) -> None:

@@ -29,6 +29,7 @@ process with several devices, several devices per process, the level
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import cached_property
 from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -62,8 +63,6 @@ class Owners:
             for i, m in enumerate(self.models)]
         self.optimizers = [Update(setup.optimizer, own.values()) if own else None for own in self.owned]
         self.whole = True  # the replicas hold their whole parameters
-        self._gather: Optional[RowGather] = None  # through shared memory, opened at the first gather
-        self._gather_tried = False
         self.release()
 
     def _rows(self, p: torch.Tensor, a: int, b: int) -> torch.Tensor:
@@ -87,7 +86,7 @@ class Owners:
     def _assembled(self, parts: Callable[[int, str], torch.Tensor]) -> dict[str, torch.Tensor]:
         """Whole arrays from the owners' rows (``parts(i, name)``), on the first device; over the processes,
         through shared memory, or a sum of each process's rows and zeros."""
-        gather = self._shared()
+        gather = self._shared
         if gather is not None:
             return self._gathered(gather, parts)
         out = {}
@@ -106,25 +105,22 @@ class Owners:
                 out[name] = total
         return out
 
+    @cached_property
     def _shared(self) -> Optional[RowGather]:
         """The gather through the gradient sum's shared memory (opened by every rank at its first gather if no sum
         has yet, a collective); None in one process, or where the job sums otherwise."""
-        if not self._gather_tried and self.setup.group.size > 1:
-            self._gather_tried = True
-            host = self.shared_sum()
-            self._gather = host and RowGather(host, list(self.shapes.values()), len(self.models))
-        return self._gather
+        if self.setup.group.size == 1:
+            return None
+        host = self.shared_sum()
+        return host and RowGather(host, list(self.shapes.values()), len(self.models))
 
     def _gathered(self, gather: RowGather, parts: Callable[[int, str], torch.Tensor]) -> dict[str, torch.Tensor]:
         """``_assembled`` through shared memory: this process's rows written into the sum's total, every array
         read whole from it (views: copy before the next sum or gather)."""
         gather.start()
-        flat, base = torch.from_numpy(gather.array()), self.setup.group.rank * len(self.models)
-        for j, name in enumerate(self.shapes):
-            for i in range(len(self.models)):
-                lo, hi = gather.span(j, base + i)
-                if hi > lo:
-                    flat[lo:hi].copy_(parts(i, name).reshape(-1))
+        flat, names = torch.from_numpy(gather.array()), list(self.shapes)
+        for j, i, lo, hi in gather.mine():
+            flat[lo:hi].copy_(parts(i, names[j]).reshape(-1))
         gather.finish()
         return {name: torch.from_numpy(gather.whole(j)).to(self.places[0]) for j, name in enumerate(self.shapes)}
 
