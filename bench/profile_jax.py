@@ -12,6 +12,7 @@ With ``--dump FOLDER`` XLA also writes the optimised HLO there (look for
 
     python -m bench.profile_jax                  # 1 device, batch 64, 28x28
     python -m bench.profile_jax --devices 2 --batchnorm local --top 30
+    python -m bench.profile_jax --model mobilenet_v2 --size 32 --channels 3 --batch 32
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 import re
 import tempfile
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -35,10 +37,12 @@ SMOKE = {"model": "mlp", "batch": 4, "size": 8, "steps": 1, "top": 5}
 
 def parse() -> argparse.Namespace:
     p = harness.parser(__doc__)
-    p.add_argument("--model", default="resnet18", choices=("resnet18", "mlp"), help="mlp: a smoke run's")
+    p.add_argument("--model", default="resnet18", choices=("resnet18", "mobilenet_v2", "vit", "mlp"),
+                   help="a network of the zoo (mlp: a smoke run's)")
     p.add_argument("--devices", type=int, default=1)
     p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--size", type=int, default=28, help="image height and width (synthetic, 1 channel)")
+    p.add_argument("--size", type=int, default=28, help="image height and width (synthetic)")
+    p.add_argument("--channels", type=int, default=1, help="image channels (the model table's: 3)")
     p.add_argument("--batchnorm", default="sync", choices=("sync", "local"))
     p.add_argument("--steps", type=int, default=2, help="traced steps, after 2 untraced ones")
     p.add_argument("--top", type=int, default=15, help="kinds of operation to print")
@@ -55,16 +59,22 @@ def main() -> None:
     engine = multidev.load_backend("jax")
     devices = harness.run_devices(engine, args.devices)  # as a run does: its devices, at least one per core
     import jax
+    from multidev.rules.dropout import shard_masks
 
-    spec = multidev.ModelSpec(args.model, (1, args.size, args.size), 10)
+    spec = multidev.ModelSpec(args.model, (args.channels, args.size, args.size), 10)
     reps = multidev.replicate(engine, multidev.Setup(spec, devices, batchnorm=args.batchnorm), spec.init(0))
     rng = np.random.default_rng(0)
     x = rng.normal(size=(args.batch, *spec.in_shape)).astype(np.float32)
     y = rng.integers(0, 10, args.batch)
     sizes = multidev.shard_sizes(args.batch, args.devices)
 
+    sites = spec.dropouts()
+
     def step() -> None:
-        reps.train_step(reps.place(multidev.cut(x, y, sizes)), 0.01)  # reads its sums back: the step is over
+        shards = multidev.cut(x, y, sizes)
+        if sites:  # Dropout's masks, as the core draws them
+            shards = replace(shards, masks=shard_masks(sites, 0, 1, 1, 0, sizes, reps.setup.np_dtype))
+        reps.train_step(reps.place(shards), 0.01)  # reads its sums back: the step is over
 
     for _ in range(2):
         step()
@@ -98,7 +108,7 @@ def report(events: list[dict], args: argparse.Namespace, seconds: float) -> None
             continue
         per_kind[kind(name)] += event.get("dur", 0) / 1e3 / args.steps
         calls[kind(name)] += 1
-    out = harness.report(__file__, args, f"{args.model} {args.size}x{args.size}x1, batch {args.batch}, "
+    out = harness.report(__file__, args, f"{args.model} {args.size}x{args.size}x{args.channels}, batch {args.batch}, "
                          f"{args.devices} device(s), batchnorm {args.batchnorm}: {seconds:.3f} s a step untraced; "
                          "XLA operations by kind")
     for name, ms in per_kind.most_common(args.top):

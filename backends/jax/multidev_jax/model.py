@@ -30,7 +30,7 @@ from multidev.nn.graph import Graph, NodeSpec
 
 from .allreduce import Rows
 from .batchnorm import BatchNorm, ChannelSum
-from .conv import conv_general_dilated, conv_general_dilated_once
+from .conv import conv_general_dilated
 from .forms.sums import matvec
 from .layernorm import LayerNorm
 from .pools import Pads, chw, pool
@@ -79,8 +79,8 @@ def conv(features: int, size: int, name: str, compute: Compute, stride: int = 1,
     once = compute.inputs_once and training  # inference has no backward pass to read the input again
     return nn.Conv(features, (size, size), strides=(stride, stride), padding=padding, kernel_dilation=(dilation,) * 2,
                    feature_group_count=groups, use_bias=bias, dtype=compute.dtype, precision=compute.precision,
-                   name=name, conv_general_dilated=(conv_general_dilated_once if once else conv_general_dilated)
-                   if compute.cpu else None)
+                   name=name, conv_general_dilated=partial(conv_general_dilated, once=once,
+                                                           channel_sum=compute.channel_sum) if compute.cpu else None)
 
 
 def dense(features: int, name: str, compute: Compute, bias: bool = True) -> nn.Dense:
