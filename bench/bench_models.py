@@ -50,7 +50,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Optional
 
@@ -116,17 +116,13 @@ def engine_steps(reps: Any, x: np.ndarray, y: np.ndarray, k: int, lr: float,
     and placed on the core's prefetch thread while the step before runs; ``queued``, each step's sums read once
     the next one is queued."""
     import multidev
-    from multidev.rules.dropout import shard_masks
     from multidev.training.prefetch import ahead
 
-    sizes, sites = multidev.shard_sizes(len(x), k), reps.setup.spec.dropouts()
+    sizes = multidev.shard_sizes(len(x), k)
     queue, held = reps.queue_step if queued else None, []
 
     def prepare(n: int) -> Any:
-        shards = multidev.cut(x, y, sizes)
-        if sites:
-            shards = replace(shards, masks=shard_masks(sites, 0, 1, n, 0, sizes, reps.setup.np_dtype))
-        return reps.place(shards)
+        return reps.place(harness.training_shards(reps, x, y, sizes, n))
 
     placed = ahead(prepare, itertools.count(1))
 

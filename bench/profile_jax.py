@@ -26,7 +26,6 @@ import os
 import re
 import tempfile
 import time
-from dataclasses import replace
 
 import numpy as np
 
@@ -59,7 +58,6 @@ def main() -> None:
     engine = multidev.load_backend("jax")
     devices = harness.run_devices(engine, args.devices)  # as a run does: its devices, at least one per core
     import jax
-    from multidev.rules.dropout import shard_masks
 
     spec = multidev.ModelSpec(args.model, (args.channels, args.size, args.size), 10)
     reps = multidev.replicate(engine, multidev.Setup(spec, devices, batchnorm=args.batchnorm), spec.init(0))
@@ -68,13 +66,8 @@ def main() -> None:
     y = rng.integers(0, 10, args.batch)
     sizes = multidev.shard_sizes(args.batch, args.devices)
 
-    sites = spec.dropouts()
-
-    def step() -> None:
-        shards = multidev.cut(x, y, sizes)
-        if sites:  # Dropout's masks, as the core draws them
-            shards = replace(shards, masks=shard_masks(sites, 0, 1, 1, 0, sizes, reps.setup.np_dtype))
-        reps.train_step(reps.place(shards), 0.01)  # reads its sums back: the step is over
+    def step() -> None:  # Dropout's masks as the core draws them; the sums read back: the step is over
+        reps.train_step(reps.place(harness.training_shards(reps, x, y, sizes, 1)), 0.01)
 
     for _ in range(2):
         step()

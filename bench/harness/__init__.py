@@ -18,10 +18,11 @@ from bench.harness.isolate import ChildFailed, fresh, since_start, start  # firs
 
 from bench.harness import machine  # noqa: I001
 from bench.harness.cli import parse, parser, report
-from bench.harness.devices import run_devices
+from bench.harness.devices import run_devices, training_shards
 from bench.harness.results import Report, table
 from bench.harness.threads import as_the_command
 from bench.harness.timing import compare, medians, rounds, samples_per_sec
 
 __all__ = ["ChildFailed", "Report", "as_the_command", "compare", "fresh", "machine", "medians", "parse", "parser",
-           "report", "rounds", "run_devices", "samples_per_sec", "since_start", "start", "table"]
+           "report", "rounds", "run_devices", "samples_per_sec", "since_start", "start", "table",
+           "training_shards"]
