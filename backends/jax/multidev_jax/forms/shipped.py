@@ -40,8 +40,8 @@ SHIPPED: dict[str, dict[str, str]] = {
 #: kind -> choice -> a network's trait (``network_traits``) -> its form, where measuring chose otherwise for it
 BY_TRAIT: dict[str, dict[str, dict[str, str]]] = {
     # one device split in two parts (batch 32, five steps): the ViT 897 against 565 samples/s whole, MobileNetV2
-    # 21.4 against 14.9; ResNet-18 alike at 32x32, but bench_jax's (28x28, batch 64) 1.07 of the Flax loop split,
-    # 1.18 whole
+    # 21.4 against 14.9 (0.77-1.00 s a step against 0.81-1.15 with its depthwise taps written once); ResNet-18
+    # alike at 32x32, but bench_jax's (28x28, batch 64) 1.07 of the Flax loop split, 1.18 whole
     "amd-epyc-zen4": {"parts": {"attention": "split", "depthwise": "split"}},
 }
 
