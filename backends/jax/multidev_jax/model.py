@@ -233,7 +233,7 @@ def _leaky_relu(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:
 
 
 def _pool(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:
-    return pool(node.layer, xs[0])
+    return pool(node.layer, xs[0], taps=run.compute.cpu)
 
 
 def _global_avg_pool(node: NodeSpec, xs: list[jax.Array], run: _Pass) -> jax.Array:

@@ -8,10 +8,15 @@ its own count, worked out at trace time from the static shapes: the padding's
 positions count with ``count_include_pad``, ``ceil_mode``'s never, and without
 it only the input's own pixels do (Flax's ``avg_pool`` would count ceil_mode's
 positions as padding).
+
+On a CPU the max runs as its window's taps (:func:`max_taps`): XLA:CPU
+expands reduce_window's gradient into four index arrays of the input's size
+and a scatter, a fifth of VGG-11's step at 224 px.
 """
 
 from __future__ import annotations
 
+from functools import partial, reduce
 from typing import Union
 
 import flax.linen as nn
@@ -55,11 +60,48 @@ def _divisor(layer: md.AvgPool2d, x: jax.Array, out: tuple[int, int]) -> np.ndar
     return np.outer(rows, cols)[None, :, :, None]
 
 
-def pool(layer: Union[md.MaxPool2d, md.AvgPool2d], x: jax.Array) -> jax.Array:
-    """The layer on NHWC images."""
+def pool(layer: Union[md.MaxPool2d, md.AvgPool2d], x: jax.Array, taps: bool = False) -> jax.Array:
+    """The layer on NHWC images; ``taps``: a max as its window's taps (CPUs)."""
     k, s = layer.kernel_size, layer.step
     padding = pads(layer, x)
     if not isinstance(layer, md.AvgPool2d):
+        if taps:
+            return max_taps(x, k, s, padding)
         return nn.max_pool(x, (k, k), strides=(s, s), padding=padding)
     total = nn.pool(x, 0.0, lax.add, (k, k), (s, s), padding)
     return total / jnp.asarray(_divisor(layer, x, total.shape[1:3]), x.dtype)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
+def max_taps(x: jax.Array, kernel: int, stride: int, padding: Pads) -> jax.Array:
+    """The max over each ``kernel`` x ``kernel`` window (-inf padding) as the maximum of its strided taps; its
+    gradient goes to the window's first maximum in row-major order, as reduce_window's (and torch's) does."""
+    return reduce(jnp.maximum, _window_taps(x, kernel, stride, padding))
+
+
+def _window_taps(x: jax.Array, kernel: int, stride: int, padding: Pads) -> list[jax.Array]:
+    """For each offset in the window, row by row, the input pixel it reads in every window (N, OH, OW, C)."""
+    xp = jnp.pad(x, ((0, 0), padding[0], padding[1], (0, 0)), constant_values=-jnp.inf)
+    oh, ow = ((xp.shape[i] - kernel) // stride + 1 for i in (1, 2))
+    return [lax.slice(xp, (0, i, j, 0), (xp.shape[0], i + (oh - 1) * stride + 1, j + (ow - 1) * stride + 1,
+                                         xp.shape[3]), (1, stride, stride, 1))
+            for i in range(kernel) for j in range(kernel)]
+
+
+def _max_taps_forward(x: jax.Array, kernel: int, stride: int, padding: Pads) -> tuple[jax.Array, tuple]:
+    y = reduce(jnp.maximum, _window_taps(x, kernel, stride, padding))
+    return y, (x, y)
+
+
+def _max_taps_backward(kernel: int, stride: int, padding: Pads, saved: tuple, g: jax.Array) -> tuple[jax.Array]:
+    x, y = saved
+    taps, pull = jax.vjp(lambda a: _window_taps(a, kernel, stride, padding), x)
+    free, parts = jnp.ones(y.shape, bool), []
+    for tap in taps:  # the first tap equal to the max takes the window's gradient
+        hit = free & (tap == y)
+        free = free & ~hit
+        parts.append(jnp.where(hit, g, jnp.zeros_like(g)))
+    return pull(parts)
+
+
+max_taps.defvjp(_max_taps_forward, _max_taps_backward)
