@@ -23,9 +23,10 @@ JAX's own: ``layout`` (canonical arrays to Flax variables and back),
 axes: Reshape, Transpose, Slice, MatMul, Mul), ``tokens`` (a transformer's
 class token, position embedding and attention, holding the core's arrays),
 ``layernorm`` (the exact two-pass LayerNorm, in a form XLA fuses well),
-``pools`` (MaxPool2d and AvgPool2d with torch's padding), ``conv``
+``pools`` (MaxPool2d and AvgPool2d with torch's padding; the CPU's max as
+its window's taps), ``conv``
 (XLA:CPU's slow tiny and depthwise convolutions as a matrix product and as
-their taps), ``compiled``
+their taps), ``taps`` (the strided slices those read), ``compiled``
 (ahead-of-time compilation, timed), ``compile_cache`` (JAX's persistent
 compilation cache), ``kept_steps`` (compiled steps kept whole, loaded by a
 later run untraced), ``shared_compile`` (one compilation for a job's

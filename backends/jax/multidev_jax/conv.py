@@ -32,7 +32,7 @@ batch 32 in two parts) went from 3.1 to 1.1 s.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +40,7 @@ from jax import lax
 
 from .batchnorm import ChannelSum
 from .forms.sums import matvec
+from .taps import strided_taps
 
 _NHWC_HWIO = lax.ConvDimensionNumbers(lhs_spec=(0, 3, 1, 2), rhs_spec=(3, 2, 0, 1), out_spec=(0, 3, 1, 2))
 
@@ -68,7 +69,7 @@ def patches_matmul(lhs: jax.Array, rhs: jax.Array, strides: Sequence[int], paddi
     """
     kh, kw = rhs.shape[:2]
     (top, _), (left, _) = padding
-    (oh, ow), tap = _taps(lhs, rhs, strides, padding)
+    (oh, ow), tap = strided_taps(lhs, rhs.shape[:2], strides, padding)
     kept = [(i, j) for i in range(kh) for j in range(kw)
             if _reaches_data(i, oh, strides[0], top, lhs.shape[1])
             and _reaches_data(j, ow, strides[1], left, lhs.shape[2])]
@@ -139,7 +140,7 @@ def depthwise_taps(lhs: jax.Array, rhs: jax.Array, strides: Sequence[int], paddi
 
 def _tap_sum(lhs: jax.Array, rhs: jax.Array, strides: Sequence[int], padding: Sequence[tuple[int, int]],
              dilation: Any) -> jax.Array:
-    _, tap = _taps(lhs, rhs, strides, padding, dilation)
+    _, tap = strided_taps(lhs, rhs.shape[:2], strides, padding, dilation)
     out = None
     for i in range(rhs.shape[0]):
         for j in range(rhs.shape[1]):
@@ -167,27 +168,10 @@ def _depthwise_backward(strides: tuple, padding: tuple, dilation: Any, channel_s
     x, rhs = saved
     g = _gathered(cotangent)
     dx = jax.vjp(lambda a: _tap_sum(a, rhs, strides, padding, dilation), x)[1](g)[0]
-    _, tap = _taps(x, rhs, strides, padding, dilation)
+    _, tap = strided_taps(x, rhs.shape[:2], strides, padding, dilation)
     images = jnp.ones(g.shape[0], g.dtype)
     dw = jnp.stack([channel_sum(tap(i, j) * g, images) for i in range(rhs.shape[0]) for j in range(rhs.shape[1])])
     return _gathered(dx), dw.reshape(rhs.shape)
 
 
 _depthwise_once.defvjp(_depthwise_forward, _depthwise_backward)
-
-
-def _taps(lhs: jax.Array, rhs: jax.Array, strides: Sequence[int], padding: Sequence[tuple[int, int]],
-          dilation: Any = None) -> tuple[tuple[int, int], Callable[[int, int], jax.Array]]:
-    """(the output's height and width, ``tap(i, j)``: the input rows and columns kernel offset
-    (i, j) reads, strided, one per output pixel)."""
-    kh, kw = rhs.shape[:2]
-    dh, dw = dilation or (1, 1)
-    x = jnp.pad(lhs, ((0, 0), tuple(padding[0]), tuple(padding[1]), (0, 0)))
-    oh = (x.shape[1] - dh * (kh - 1) - 1) // strides[0] + 1
-    ow = (x.shape[2] - dw * (kw - 1) - 1) // strides[1] + 1
-
-    def tap(i: int, j: int) -> jax.Array:
-        return lax.slice(x, (0, i * dh, j * dw, 0),
-                         (x.shape[0], i * dh + (oh - 1) * strides[0] + 1, j * dw + (ow - 1) * strides[1] + 1,
-                          x.shape[3]), (1, strides[0], strides[1], 1))
-    return (oh, ow), tap

@@ -27,6 +27,8 @@ from jax import lax
 
 from multidev.nn import layers as md
 
+from .taps import strided_taps
+
 Pads = tuple[tuple[int, int], tuple[int, int]]  # (top, bottom), (left, right), ceil_mode's positions included
 
 
@@ -76,16 +78,13 @@ def pool(layer: Union[md.MaxPool2d, md.AvgPool2d], x: jax.Array, taps: bool = Fa
 def max_taps(x: jax.Array, kernel: int, stride: int, padding: Pads) -> jax.Array:
     """The max over each ``kernel`` x ``kernel`` window (-inf padding) as the maximum of its strided taps; its
     gradient goes to the window's first maximum in row-major order, as reduce_window's (and torch's) does."""
-    return reduce(jnp.maximum, _window_taps(x, kernel, stride, padding))
+    return _max_taps_forward(x, kernel, stride, padding)[0]
 
 
 def _window_taps(x: jax.Array, kernel: int, stride: int, padding: Pads) -> list[jax.Array]:
-    """For each offset in the window, row by row, the input pixel it reads in every window (N, OH, OW, C)."""
-    xp = jnp.pad(x, ((0, 0), padding[0], padding[1], (0, 0)), constant_values=-jnp.inf)
-    oh, ow = ((xp.shape[i] - kernel) // stride + 1 for i in (1, 2))
-    return [lax.slice(xp, (0, i, j, 0), (xp.shape[0], i + (oh - 1) * stride + 1, j + (ow - 1) * stride + 1,
-                                         xp.shape[3]), (1, stride, stride, 1))
-            for i in range(kernel) for j in range(kernel)]
+    """The window's taps, row by row, of the input padded with -inf."""
+    _, tap = strided_taps(x, (kernel, kernel), (stride, stride), padding, fill=-jnp.inf)
+    return [tap(i, j) for i in range(kernel) for j in range(kernel)]
 
 
 def _max_taps_forward(x: jax.Array, kernel: int, stride: int, padding: Pads) -> tuple[jax.Array, tuple]:
