@@ -253,14 +253,16 @@ class LayerChecks(EngineFixtures):
         return ("float64", FLOAT64_RTOL) if "float64" in engine.capabilities else ("float32", CROSS_ENGINE_RTOL)
 
     def _judge(self, engine, spec: ModelSpec, k: int, what: str, batchnorm: str = "local",
-               dtype: Optional[tuple[str, float]] = None) -> None:
+               dtype: Optional[tuple[str, float]] = None, rows: Optional[int] = None) -> None:
+        """Inference, the gradient and one SGD step on 7 rows against the float64 truth; ``rows``: Setup.rows, the
+        full batch an engine may compile for."""
         self.builds(engine, spec)
         dtype, rtol = dtype or self.dtype(engine)
         x, y = batch(spec, 7, seed=3)
         sizes = shard_sizes(len(x), k)
         state = spec.init(1)
         shards, masks = masked(spec, x, y, sizes, dtype)
-        reps = self.make(engine, spec, k, batchnorm=batchnorm, state=state, dtype=dtype)
+        reps = self.make(engine, spec, k, batchnorm=batchnorm, state=state, dtype=dtype, rows=rows)
         logits = reps.predict(reps.place(cut(x, None, sizes)))
         want = reference.predict(spec, state, x)
         assert_states_close({"logits": logits}, {"logits": want}, rtol=rtol,
@@ -318,6 +320,17 @@ class LayerChecks(EngineFixtures):
         build, shape = TOKEN_CASES[case]
         spec = ModelSpec(case, shape, 3, build().graph())
         self._judge(engine, spec, self.two_or_one(engine), f"token layer {case}")
+
+    @pytest.mark.parametrize("full", [12, 4])
+    @pytest.mark.parametrize("case", ["MultiHeadAttention", "vit"])
+    def test_a_batch_shorter_or_longer_than_setup_rows(self, engine, case, full):
+        """``Setup.rows`` names a full batch of 12 (these 7 rows are an epoch's last) or of 4 (evaluation's longer
+        batch): an engine that compiles for a full shard (pads to it, or runs pieces of it) computes the truth's
+        values all the same; judged in float32, where engines take their fast forms."""
+        build, _ = TOKEN_CASES[case]
+        spec = ModelSpec(case, (2, 10, 10), 3, build().graph())  # 25 tokens (26 with the ViT's class token)
+        self._judge(engine, spec, self.two_or_one(engine), f"token layer {case} with Setup.rows={full}",
+                    dtype=("float32", CROSS_ENGINE_RTOL), rows=full)
 
     @pytest.mark.parametrize("seed", quick(RANDOM_SEEDS, RANDOM_SEEDS[:1]))
     def test_random_compositions_equal_float64_truth(self, engine, seed):

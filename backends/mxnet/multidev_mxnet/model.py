@@ -25,6 +25,7 @@ import operator
 import warnings
 from collections.abc import Callable
 from functools import reduce
+from typing import Optional
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from multidev.engine import ModelSpec, MultidevError
 
 from . import onednn, tokens, windows
 from .batchnorm import BatchNorm, StatsExchange
+from .rows import fixed_rows
 from .runtime import mxnet
 from .shapes import concat, matmul, pad, reshape, softmax, take, transpose
 
@@ -87,9 +89,9 @@ class LayerNorm(nn.HybridBlock):
                                F.reshape(beta, shape=self.broadcast))
 
 
-def _layer_block(layer: mnn.Layer, shape: tuple[int, ...], sync: bool, exact: bool):
+def _layer_block(layer: mnn.Layer, shape: tuple[int, ...], sync: bool, exact: bool, rows: Optional[int]):
     """Gluon's block for a layer with parameters (``shape``: its input's, per sample); None for the rest;
-    ``exact``: float64's forms."""
+    ``exact``: float64's forms; ``rows``: those the network is compiled for (:mod:`.rows`), or None."""
     if isinstance(layer, mnn.Conv2d):
         return windows.Conv2D(layer, shape)
     if isinstance(layer, mnn.Dense):
@@ -98,7 +100,7 @@ def _layer_block(layer: mnn.Layer, shape: tuple[int, ...], sync: bool, exact: bo
         return BatchNorm(shape[0], sync, layer.eps, layer.momentum)
     if isinstance(layer, mnn.LayerNorm):
         return LayerNorm(layer, shape, exact)
-    return tokens.block(layer, shape)
+    return tokens.block(layer, shape, rows)
 
 
 def _gelu(F, layer, xs, shapes):
@@ -194,8 +196,10 @@ _FLOAT32: dict[type, Callable] = {
 class Network(nn.HybridBlock):
     """A definition's graph: ``net(x, *masks)``, one mask per Dropout node in graph order (ones in inference)."""
 
-    def __init__(self, spec: ModelSpec, sync: bool, exact: bool = False) -> None:
+    def __init__(self, spec: ModelSpec, sync: bool, exact: bool = False, rows: Optional[int] = None) -> None:
         super().__init__()
+        #: the rows every call computes (:mod:`.rows`: shards padded or cut to it), or None: any
+        self.rows = fixed_rows(spec, exact, rows)
         self.nodes, self.in_shape = spec.graph.nodes, spec.in_shape
         self.functions = _FUNCTIONS if exact else {**_FUNCTIONS, **_FLOAT32}
         self.shapes = shapes = spec.graph.shapes(spec.in_shape)  # per sample, by node name
@@ -204,7 +208,7 @@ class Network(nn.HybridBlock):
         self.mask_shapes = [shape for _, _, shape in spec.dropouts()]
         with self.name_scope():
             for node in self.nodes:
-                block = _layer_block(node.layer, shapes[node.inputs[0]], sync, exact)
+                block = _layer_block(node.layer, shapes[node.inputs[0]], sync, exact, self.rows)
                 if block is not None:
                     self.register_child(block, node.name)  # the structured name is the node's
                 elif type(node.layer) not in self.functions and not isinstance(node.layer, mnn.Dropout):
@@ -215,8 +219,10 @@ class Network(nn.HybridBlock):
         return [mx.nd.ones((rows, *shape), ctx=ctx, dtype=dtype) for shape in self.mask_shapes]
 
     def example(self, ctx, dtype) -> list:
-        """Inputs of two rows (zeros, masks of ones): what :func:`trace` calls a network with."""
-        return [mx.nd.zeros((2, *self.in_shape), ctx=ctx, dtype=dtype), *self.ones(2, ctx, dtype)]
+        """Inputs of two rows, or the rows it is compiled for (zeros, masks of ones): what :func:`trace` calls a
+        network with."""
+        rows = self.rows or 2
+        return [mx.nd.zeros((rows, *self.in_shape), ctx=ctx, dtype=dtype), *self.ones(rows, ctx, dtype)]
 
     def hybrid_forward(self, F, x, *masks):
         values, masks = {"input": x}, dict(zip(self.dropouts, masks))
@@ -237,10 +243,11 @@ class Network(nn.HybridBlock):
         return block(xs[0])
 
 
-def build(spec: ModelSpec, sync: bool = False, exact: bool = False) -> Network:
+def build(spec: ModelSpec, sync: bool = False, exact: bool = False, rows: Optional[int] = None) -> Network:
     """The network; ``sync`` gives its BatchNorm layers what whole-batch statistics need; ``exact`` (float64, the
-    truth) takes each layer's exact form where MXNet's fused one is only float32's."""
-    return Network(spec, sync, exact)
+    truth) takes each layer's exact form where MXNet's fused one is only float32's; ``rows``: a full shard's,
+    which a network with attention is compiled for where it can be (:func:`.rows.fixed_rows`)."""
+    return Network(spec, sync, exact, rows)
 
 
 def canonical_params(net: nn.Block, spec: ModelSpec) -> dict:

@@ -46,7 +46,7 @@ from multidev.engine import (STEP, DeviceShard, HostSum, MultidevError, Placed, 
                              State, StepStats, WaitedSteps,
                              check_state, first_line, labels, predictions, run_lockstep, statistic_sources)
 
-from . import distributed, optimizers, sharding
+from . import distributed, optimizers, rows, sharding
 from .batchnorm import StatsExchange
 from .devices import kvstore_type, mx_context
 from .model import batchnorms, bfloat16, build, canonical_params, hybridize, trace
@@ -106,7 +106,7 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
         if setup.precision == "bf16" and self.sync:
             raise MultidevError("the mxnet engine computes bf16 with local BatchNorm only (contrib.amp converts the "
                                 "compiled graph, and sync BatchNorm runs outside it): use --batchnorm local")
-        self.net = build(spec, self.sync, exact=self.dtype != np.float32)
+        self.net = build(spec, self.sync, exact=self.dtype != np.float32, rows=rows.shard_rows(setup))
         try:
             self.net.initialize(mx.init.Zero(), ctx=self.contexts)  # values come from load_state
         except mx.base.MXNetError as exc:
@@ -179,7 +179,7 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
     # Forward / backward ----------------------------------------------------
     def _shard_forward(self, shard: Shard, total: int) -> ShardOutput:
         with autograd.record():
-            logits = self._compute(shard.x, *(shard.masks or ()))
+            logits = rows.logits(self._compute, self.net.rows, shard.x, shard.masks or ())
             ce_sum = self._ce(logits, shard.y).sum()
             loss = ce_sum / total  # weight n_i / B once summed (contract: Loss, gradients and the update)
         return ShardOutput(logits, ce_sum, loss)
@@ -383,7 +383,8 @@ class MXNetReplicas(WaitedSteps, ReplicaStates):
         """Inference-mode logits of every non-empty shard, all contexts queued before any is read."""
         if self._shard is not None:
             self._shard.ready(train=False)
-        logits = [(s, self._compute(s.x, *self.net.ones(s.size, s.x.context, self.dtype))) for s in batch if s.size]
+        logits = [(s, rows.logits(self._compute, self.net.rows, s.x, self.net.ones(s.size, s.x.context, self.dtype)))
+                  for s in batch if s.size]
         if self._shard is not None:
             self._shard.release(keep_gradients=self._holding)
         return logits

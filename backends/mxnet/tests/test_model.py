@@ -10,6 +10,7 @@ the layers of any rank the kit's token cases leave out.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -218,3 +219,59 @@ def test_token_layers_of_any_rank_match_the_reference(engine, dtype):
     floor = 1e-3 * max(float(np.abs(g).max()) for g in want.values())  # fc1.bias: exactly 0 (shifts normalised away)
     assert_states_close(reps.gradients(reps.place(cut)), want, rtol=rtol, floor=floor,
                         promise=f"{dtype} gradients of token layers")
+
+
+def attention_groups(net) -> list[int]:
+    """The group counts of the grouped convolutions in a traced network's graph."""
+    graph = json.loads(net._cached_graph[1].tojson())
+    return [int(n["attrs"]["num_group"]) for n in graph["nodes"] if n["op"] == "Convolution"
+            and int(n["attrs"].get("num_group", 1)) > 1]
+
+
+def test_attention_products_are_grouped_convolutions_only_where_rows_never_mix(engine):
+    """float32 with a full batch's rows (Setup.rows over the devices): one group per sample and head; float64,
+    a network with BatchNorm, or batches of any size: ``batch_dot``."""
+    def tokens(*norm) -> nn.Sequential:  # 25 tokens of 8
+        return nn.Sequential(nn.Conv2d(8, 2, stride=2), *norm, nn.Reshape((8, -1)), nn.Transpose((1, 0)),
+                             nn.MultiHeadAttention(2), nn.Flatten(), nn.Dense(3))
+
+    attention, with_batchnorm = tokens(), tokens(nn.BatchNorm())
+    found = {}
+    cases = [("float32", attention, "float32", 12), ("float64", attention, "float64", 12),
+             ("batchnorm", with_batchnorm, "float32", 12), ("any rows", attention, "float32", None)]
+    for name, net, dtype, rows in cases:
+        spec = ModelSpec(name, (3, 10, 10), 3, net.graph())
+        setup = multidev.Setup(spec, resolve_devices(devices=2), "local", dtype, rows=rows)
+        reps = multidev.replicate(engine, setup, spec.init(0))
+        found[name] = (reps.net.rows, attention_groups(reps.net))
+    assert found == {"float32": (6, [12, 12]), "float64": (None, []), "batchnorm": (None, []), "any rows": (None, [])}
+
+
+@pytest.mark.parametrize("tokens", [21, 26, 33, 50, 65, 66, 197])
+@pytest.mark.parametrize("width, heads", [(8, 2), (32, 2), (48, 3)])
+def test_grouped_attention_equals_batch_dot(tokens, width, heads):
+    """Every token count the grouped form is taken for: its outputs and gradients (input and parameters) are
+    ``batch_dot``'s within float32's rounding, and MXNet computes them (oneDNN's blocked layouts made its
+    transpose fail on counts divisible by 4)."""
+    from multidev_mxnet import rows, tokens as blocks
+    from multidev_mxnet.runtime import mxnet
+
+    mx = mxnet()
+    assert rows.grouped((tokens, width))
+    rng = np.random.default_rng(tokens)
+    x, dy = (mx.nd.array(rng.normal(size=(3, tokens, width))) for _ in range(2))
+    results = []
+    for fixed in (None, 3):
+        block = blocks.MultiHeadAttention(nn.MultiHeadAttention(heads), (tokens, width), fixed)
+        assert block.rows == fixed
+        block.initialize()
+        block.hybridize(static_alloc=True)
+        for param in block.collect_params().values():
+            param.set_data(mx.nd.array(np.random.default_rng(1).normal(0, 0.3, param.shape)))
+        x.attach_grad()
+        with mx.autograd.record():
+            y = block(x)
+        y.backward(dy)
+        results.append([y.asnumpy(), x.grad.asnumpy(), *(p.grad().asnumpy() for p in block.collect_params().values())])
+    for got, want in zip(*results[::-1]):
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (tokens, width, heads)
