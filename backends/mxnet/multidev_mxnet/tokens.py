@@ -63,16 +63,16 @@ class MultiHeadAttention(nn.HybridBlock):
     each is split into its heads, (N, L, D) to (N * heads, L, D / heads), so
     that one ``batch_dot`` takes every sample's and head's q k^T. With
     ``rows`` (float32, a network compiled for that many rows: :mod:`.rows`)
-    and enough tokens (``rows.GROUPED_TOKENS``) the two products are grouped
-    1x1 convolutions on oneDNN instead, one group
-    per sample and head: a block's forward and backward in 3.6 ms against
-    4.9 (batch 32, 65 tokens of 64, 4 heads; Zen 4, 2 threads), within
-    float32's rounding of ``batch_dot`` (2e-7).
+    and a token count :func:`.rows.grouped` takes, the two products are
+    grouped 1x1 convolutions on oneDNN instead, one group per sample and
+    head: a block's forward and backward in 3.6 ms against 4.9 (batch 32, 65
+    tokens of 64, 4 heads; Zen 4, 2 threads), within float32's rounding of
+    ``batch_dot`` (2e-7).
     """
 
     def __init__(self, layer: mnn.MultiHeadAttention, shape: Shape, rows: Optional[int] = None) -> None:
         super().__init__()
-        self.rows = rows if rows and grouped(shape) else None  # few tokens: batch_dot is faster
+        self.rows = rows if rows and grouped(shape) else None  # elsewhere batch_dot is faster
         self.tokens = shape[0]
         self.dim, self.heads = shape[-1], layer.heads
         self.scale = 1.0 / math.sqrt(self.dim // self.heads)
