@@ -20,7 +20,7 @@ operators cannot take alone, as the torch engine's module of that name),
 products and softmax along any axis), ``tokens`` (a transformer's class
 token, position embedding and attention as Gluon blocks), ``rows`` (a
 network compiled for a full shard's rows, so that attention's products are
-grouped convolutions: shards padded or cut to it),
+grouped convolutions: shorter shards padded to it, longer ones in pieces),
 ``onednn`` (float32's LayerNorm, ReLU6 and global pooling as operators
 oneDNN runs), ``runtime`` (loading MXNet on first use, and its thread count),
 ``transfers`` (large copies to and from NumPy as MXNet's operators, which

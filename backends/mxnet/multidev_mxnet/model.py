@@ -198,11 +198,11 @@ class Network(nn.HybridBlock):
 
     def __init__(self, spec: ModelSpec, sync: bool, exact: bool = False, rows: Optional[int] = None) -> None:
         super().__init__()
-        #: the rows every call computes (:mod:`.rows`: shards padded or cut to it), or None: any
-        self.rows = fixed_rows(spec, exact, rows)
         self.nodes, self.in_shape = spec.graph.nodes, spec.in_shape
         self.functions = _FUNCTIONS if exact else {**_FUNCTIONS, **_FLOAT32}
         self.shapes = shapes = spec.graph.shapes(spec.in_shape)  # per sample, by node name
+        #: the rows every call computes (:mod:`.rows`: shorter shards padded to it, longer ones in pieces), or None
+        self.rows = fixed_rows(spec, shapes, exact, rows)
         self.flat = {n.name for n in self.nodes if len(shapes[n.inputs[0]]) == 1}  # nodes whose input is (N, F)
         self.dropouts = [name for name, _, _ in spec.dropouts()]
         self.mask_shapes = [shape for _, _, shape in spec.dropouts()]

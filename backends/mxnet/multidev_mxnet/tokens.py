@@ -104,16 +104,13 @@ class MultiHeadAttention(nn.HybridBlock):
         sample and head: the keys' features are the channels and their tokens the positions, each query a filter;
         then the weights are the filters and the values' features the positions.
 
-        Each convolution's data passes through a ``clip`` to float32's range:
-        where oneDNN computes a convolution in its blocked layouts (with 16,
-        24 or 64 tokens, which :func:`.rows.grouped` leaves to ``batch_dot``),
-        the data's gradient comes back in them, and MXNet 1.9.1's oneDNN
-        ``transpose`` after the reshape fails on it ("could not create a
-        primitive descriptor for a reorder primitive"). ``clip`` has no oneDNN
-        kernel, so MXNet hands its backward the gradient in the plain layout:
-        a guard for a CPU whose oneDNN blocks other counts, at 5% of a block
-        (a ``swapaxes`` for each transpose cost 30%). Only an infinity changes,
-        to float32's largest.
+        Each convolution's data passes through a ``clip`` to float32's range
+        (only an infinity changes): where oneDNN computes a convolution in its
+        blocked layouts, as with a multiple of 4 tokens, the data's gradient
+        comes back in them, and MXNet 1.9.1's oneDNN ``transpose`` after the
+        reshape fails on it ("could not create a primitive descriptor for a
+        reorder primitive"). ``clip`` has no oneDNN kernel, so MXNet hands its
+        backward the gradient in the plain layout.
         """
         groups, tokens, per = self.rows * self.heads, self.tokens, self.dim // self.heads
         big = float(np.finfo(np.float32).max)

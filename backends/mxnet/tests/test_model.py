@@ -24,6 +24,7 @@ from multidev.testing import CROSS_ENGINE_RTOL, FLOAT64_RTOL, assert_states_clos
 from multidev.testing.recipes import BF16_STEP_RTOL
 
 SIZES = [3, 2]  # uneven shards on two contexts
+SIZES_OF_7 = [4, 3]
 
 
 def definition() -> nn.Model:
@@ -236,28 +237,78 @@ def test_attention_products_are_grouped_convolutions_only_where_rows_never_mix(e
                              nn.MultiHeadAttention(2), nn.Flatten(), nn.Dense(3))
 
     attention, with_batchnorm = tokens(), tokens(nn.BatchNorm())
+    vit = nn.vit(patch=2, dim=8, depth=2, heads=2, mlp=16)  # 26 tokens, the attention inside Residual blocks
     found = {}
     cases = [("float32", attention, "float32", 12), ("float64", attention, "float64", 12),
-             ("batchnorm", with_batchnorm, "float32", 12), ("any rows", attention, "float32", None)]
+             ("batchnorm", with_batchnorm, "float32", 12), ("any rows", attention, "float32", None),
+             ("vit", vit, "float32", 12)]
     for name, net, dtype, rows in cases:
         spec = ModelSpec(name, (3, 10, 10), 3, net.graph())
         setup = multidev.Setup(spec, resolve_devices(devices=2), "local", dtype, rows=rows)
         reps = multidev.replicate(engine, setup, spec.init(0))
         found[name] = (reps.net.rows, attention_groups(reps.net))
-    assert found == {"float32": (6, [12, 12]), "float64": (None, []), "batchnorm": (None, []), "any rows": (None, [])}
+    assert found == {"float32": (6, [12, 12]), "float64": (None, []), "batchnorm": (None, []), "any rows": (None, []),
+                     "vit": (6, [12] * 4)}
+
+
+def test_a_full_shard_is_the_first_devices_share_on_cpus_only():
+    from multidev_mxnet.rows import shard_rows
+
+    def setup(rows, devices, processes=1):
+        return multidev.Setup(SPEC, tuple(devices), rows=rows, group=multidev.ProcessGroup(rank=0, size=processes))
+
+    assert [shard_rows(setup(33, ["cpu:0", "cpu:1"])), shard_rows(setup(32, ["cpu:0"], processes=3)),
+            shard_rows(setup(1, ["cpu:0", "cpu:1"])), shard_rows(setup(None, ["cpu:0"])),
+            shard_rows(setup(32, ["gpu:0"]))] == [17, 11, 1, None, None]
+
+
+@pytest.mark.parametrize("tokens", [16, 24, 64, 68, 196])
+def test_token_counts_oneDNN_blocks_keep_batch_dot_and_the_guard_holds(tokens, monkeypatch):
+    """A multiple of 4 tokens stays ``batch_dot`` (oneDNN's blocked layouts: slower, and MXNet's transpose failed
+    on their gradients); forced onto the convolutions, the ``clip`` guard still gives ``batch_dot``'s values."""
+    from multidev_mxnet import rows, tokens as blocks
+
+    assert not rows.grouped((tokens, 8))
+    monkeypatch.setattr(blocks, "grouped", lambda shape: True)
+    results = attention_both_ways(tokens, 8, 2)
+    for got, want in zip(*results[::-1]):
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), tokens
+
+
+def test_bf16_vit_on_grouped_convolutions(bf16):
+    """contrib.amp casts the grouped convolutions to bfloat16 like any Convolution: the logits stay within
+    bfloat16's rounding of the float32 network's."""
+    spec = ModelSpec("vit", (3, 10, 10), 3, nn.vit(patch=2, dim=8, depth=1, heads=2, mlp=16).graph())
+    x = np.random.default_rng(0).normal(size=(7, *spec.in_shape)).astype(np.float32)
+    logits = {}
+    for precision in ("fp32", "bf16"):
+        setup = multidev.Setup(spec, resolve_devices(devices=2), precision=precision, rows=8)
+        reps = multidev.replicate(bf16, setup, spec.init(1))
+        assert reps.net.rows == 4
+        logits[precision] = reps.predict(reps.place(multidev.cut(x, None, SIZES_OF_7)))
+    assert np.abs(logits["bf16"] - logits["fp32"]).max() <= 0.05 * np.abs(logits["fp32"]).max()
 
 
 @pytest.mark.parametrize("tokens", [21, 26, 33, 50, 65, 66, 197])
 @pytest.mark.parametrize("width, heads", [(8, 2), (32, 2), (48, 3)])
 def test_grouped_attention_equals_batch_dot(tokens, width, heads):
     """Every token count the grouped form is taken for: its outputs and gradients (input and parameters) are
-    ``batch_dot``'s within float32's rounding, and MXNet computes them (oneDNN's blocked layouts made its
-    transpose fail on counts divisible by 4)."""
-    from multidev_mxnet import rows, tokens as blocks
+    ``batch_dot``'s within float32's rounding."""
+    from multidev_mxnet import rows
+
+    assert rows.grouped((tokens, width))
+    results = attention_both_ways(tokens, width, heads)
+    for got, want in zip(*results[::-1]):
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (tokens, width, heads)
+
+
+def attention_both_ways(tokens: int, width: int, heads: int) -> list[list[np.ndarray]]:
+    """One attention block on 3 samples, with ``batch_dot`` and compiled for 3 rows: its output and the input's and
+    parameters' gradients, each way."""
+    from multidev_mxnet import tokens as blocks
     from multidev_mxnet.runtime import mxnet
 
     mx = mxnet()
-    assert rows.grouped((tokens, width))
     rng = np.random.default_rng(tokens)
     x, dy = (mx.nd.array(rng.normal(size=(3, tokens, width))) for _ in range(2))
     results = []
@@ -273,5 +324,4 @@ def test_grouped_attention_equals_batch_dot(tokens, width, heads):
             y = block(x)
         y.backward(dy)
         results.append([y.asnumpy(), x.grad.asnumpy(), *(p.grad().asnumpy() for p in block.collect_params().values())])
-    for got, want in zip(*results[::-1]):
-        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (tokens, width, heads)
+    return results
