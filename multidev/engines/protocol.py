@@ -27,7 +27,7 @@ from multidev.rules.models import ModelSpec, State
 from multidev.rules.optimizers import Optimizer
 from multidev.rules.precision import check_accumulate, check_dtype, check_precision
 from multidev.rules.sharding import check_level, owned_rows
-from multidev.rules.split import Shards
+from multidev.rules.split import Shards, shard_sizes
 
 if TYPE_CHECKING:
     from multidev.processes.faults import Restart
@@ -84,6 +84,13 @@ class Setup:
     def job_devices(self) -> int:
         """Devices of the whole job: what a sharded run splits each array's rows over."""
         return len(self.devices) * self.group.size
+
+    def full_shard(self) -> Optional[int]:
+        """The rows of a full micro-batch's largest shard under the split rule (at least 1), which an engine that
+        compiles per shape may key on or pad to; None where batches have any size (no ``rows``)."""
+        if self.rows is None:
+            return None
+        return max(1, max(shard_sizes(self.rows, self.job_devices)))
 
     def owned(self, rows: int) -> list[tuple[int, int]]:
         """``[start, end)`` of an array's rows that each of this process's devices owns under the sharding rule

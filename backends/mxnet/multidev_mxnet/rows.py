@@ -17,7 +17,6 @@ padding on the light devices and pieces on the heavy ones.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Optional
 
@@ -34,9 +33,7 @@ nd = mx.nd
 def shard_rows(setup: Setup) -> Optional[int]:
     """A full shard's rows: the first devices' share of a full micro-batch (None where batches have any size, or
     on GPUs)."""
-    if setup.rows is None or any(d.kind != "cpu" for d in setup.devices):
-        return None
-    return max(1, math.ceil(setup.rows / (len(setup.devices) * setup.group.size)))
+    return None if any(d.kind != "cpu" for d in setup.devices) else setup.full_shard()
 
 
 #: the fewest tokens for the grouped convolutions (one block forward and backward, 64 wide, 4 heads, Zen 4,

@@ -90,7 +90,7 @@ def _settled(setup: Setup, model: nn.Module, measure: bool) -> str:
         return DEFAULT  # no images, or nothing to train: no convolution whose layout could matter
     if setup.rows is None:  # no run's batch size (the kit): no shard shape to key a choice by
         return shipped(setup.precision, network_traits(spec))
-    rows = max(1, math.ceil(setup.rows / (len(setup.devices) * setup.group.size)))
+    rows = setup.full_shard()
     model_key = hashlib.sha256(repr((spec.graph, spec.in_shape, spec.num_classes)).encode()).hexdigest()[:16]
     key = f"{model_key}:{rows}:{setup.precision}"
     kept = _kept.get(key)
